@@ -1,0 +1,179 @@
+/*
+ * al_model.h -- a GPT-2 language model on the CPU.
+ *
+ * Architecture: token + learned position embeddings, L pre-LayerNorm blocks
+ * (LayerNorm with bias, causal multi-head attention, GELU MLP), a final
+ * LayerNorm, and the output projection tied to the token embedding. The
+ * vocabulary is padded to a multiple of 64 (Vp); padded logits are ignored.
+ *
+ * All parameters live in one contiguous fp32 buffer laid out *unit by unit*:
+ * unit 0 = embeddings, units 1..L = the blocks, unit L+1 = the final LayerNorm.
+ * A unit is one contiguous range, which is what sharding (ODC, FSDP) cuts into
+ * W slices. One X-macro table (AL_PARAM_TABLE) describes every tensor and
+ * drives sizes, pointer tables, checkpoint names, weight-decay masks and tests.
+ */
+#ifndef AL_MODEL_H
+#define AL_MODEL_H
+
+#include "al_base.h"
+
+/* Presets: X(name, L, C, NH, T, V) */
+#define AL_PRESET_TABLE(X)                                                                         \
+    X("tiny", 2, 32, 2, 32, 257)                                                                   \
+    X("demo", 2, 128, 4, 128, 257)                                                                 \
+    X("small", 4, 256, 4, 256, 257)                                                                \
+    X("gpt2-124m", 12, 768, 12, 1024, 50257)
+
+/* Parameter tensors: X(name, unit, rows, cols, decay, init). `c` is the config
+ * in scope at the expansion site; cols = 1 marks a vector. unit: EMB once,
+ * LAYER once per block (in this order inside each block), FINAL once. decay = 1
+ * for matrices (weight decay applies), 0 for vectors (biases, LayerNorm gains).
+ * init: NORMAL N(0, 0.02), RESID N(0, 0.02/sqrt(2L)) for projections into the
+ * residual stream, ONE, ZERO. */
+#define AL_PARAM_TABLE(X) \
+    X(wte, EMB, (c)->Vp, (c)->C, 1, NORMAL) \
+    X(wpe, EMB, (c)->T, (c)->C, 1, NORMAL) \
+    X(ln1w, LAYER, (c)->C, 1, 0, ONE) \
+    X(ln1b, LAYER, (c)->C, 1, 0, ZERO) \
+    X(qkvw, LAYER, 3 * (c)->C, (c)->C, 1, NORMAL) \
+    X(qkvb, LAYER, 3 * (c)->C, 1, 0, ZERO) \
+    X(attprojw, LAYER, (c)->C, (c)->C, 1, RESID) \
+    X(attprojb, LAYER, (c)->C, 1, 0, ZERO) \
+    X(ln2w, LAYER, (c)->C, 1, 0, ONE) \
+    X(ln2b, LAYER, (c)->C, 1, 0, ZERO) \
+    X(fcw, LAYER, 4 * (c)->C, (c)->C, 1, NORMAL) \
+    X(fcb, LAYER, 4 * (c)->C, 1, 0, ZERO) \
+    X(fcprojw, LAYER, (c)->C, 4 * (c)->C, 1, RESID) \
+    X(fcprojb, LAYER, (c)->C, 1, 0, ZERO) \
+    X(lnfw, FINAL, (c)->C, 1, 0, ONE) \
+    X(lnfb, FINAL, (c)->C, 1, 0, ZERO)
+
+typedef struct al_model_config {
+    char preset[32];
+    int L, C, NH, T; /* layers, channels, heads, max sequence length */
+    int V, Vp;       /* vocabulary, padded vocabulary */
+} al_model_config;
+
+/* Fill cfg from a preset name; AL_ENOTFOUND lists the known presets. */
+int al_model_preset(al_model_config *cfg, const char *name, al_err *err);
+/* "tiny, demo, small, gpt2-124m" */
+const char *al_model_preset_names(void);
+
+/* Pointers into one unit of a parameter (or gradient) buffer: one struct per
+ * unit kind, fields generated from the table. AL_IF_<want>_<unit>(code) keeps
+ * `code` only where the tensor's unit is the wanted one. */
+#define AL_IF_EMB_EMB(...) __VA_ARGS__
+#define AL_IF_EMB_LAYER(...)
+#define AL_IF_EMB_FINAL(...)
+#define AL_IF_LAYER_EMB(...)
+#define AL_IF_LAYER_LAYER(...) __VA_ARGS__
+#define AL_IF_LAYER_FINAL(...)
+#define AL_IF_FINAL_EMB(...)
+#define AL_IF_FINAL_LAYER(...)
+#define AL_IF_FINAL_FINAL(...) __VA_ARGS__
+#define AL_FIELD_EMB(name, unit, r, cc, d, in) AL_IF_EMB_##unit(float *name;)
+#define AL_FIELD_LAYER(name, unit, r, cc, d, in) AL_IF_LAYER_##unit(float *name;)
+#define AL_FIELD_FINAL(name, unit, r, cc, d, in) AL_IF_FINAL_##unit(float *name;)
+typedef struct al_emb_ptrs {
+    AL_PARAM_TABLE(AL_FIELD_EMB)
+} al_emb_ptrs;
+typedef struct al_layer_ptrs {
+    AL_PARAM_TABLE(AL_FIELD_LAYER)
+} al_layer_ptrs;
+typedef struct al_final_ptrs {
+    AL_PARAM_TABLE(AL_FIELD_FINAL)
+} al_final_ptrs;
+
+enum { AL_INIT_NORMAL, AL_INIT_RESID, AL_INIT_ONE, AL_INIT_ZERO };
+
+/* One tensor of the flat layout (for checkpoints, decay masks, tests). */
+typedef struct al_tensor_info {
+    char name[32]; /* "wte", "h.3.qkvw", "lnfw" */
+    size_t offset, numel;
+    int rows, cols; /* cols == 1: vector */
+    int decay;
+    int init; /* AL_INIT_* */
+    int unit; /* 0 = embeddings, 1..L = blocks, L+1 = final */
+} al_tensor_info;
+
+/* Flat layout of all parameters for a config. */
+typedef struct al_layout {
+    int nunits;         /* L + 2 */
+    size_t *unit_off;   /* [nunits + 1], unit u = [unit_off[u], unit_off[u+1]) */
+    int ntensors;
+    al_tensor_info *tensors;
+    size_t nparams;
+} al_layout;
+int al_layout_init(al_layout *lay, const al_model_config *cfg, al_err *err);
+void al_layout_free(al_layout *lay);
+
+/* Point a pointer table at a unit's range of a buffer laid out as `lay`.
+ * base is the start of the unit (not of the whole buffer). */
+void al_emb_ptrs_at(al_emb_ptrs *p, const al_model_config *cfg, float *base);
+void al_layer_ptrs_at(al_layer_ptrs *p, const al_model_config *cfg, float *base);
+void al_final_ptrs_at(al_final_ptrs *p, const al_model_config *cfg, float *base);
+
+/* A packed microbatch: B rows of T positions (see al_kernels.h for docstart).
+ * target < 0 marks padding (no loss). */
+typedef struct al_batch {
+    int B, T;
+    int *tokens, *targets, *pos, *docstart; /* each [B*T] */
+    int ntargets;                           /* positions with target >= 0 */
+} al_batch;
+int al_batch_init(al_batch *b, int B, int T, al_err *err);
+void al_batch_free(al_batch *b);
+
+/* Activations of one block for one microbatch. */
+typedef struct al_layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    float *qkv;                       /* [N,3C] */
+    float *atty, *att_lse;            /* [N,C], [B,NH,T] */
+    float *res_mid;                   /* [N,C] residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
+    float *fch, *fch_gelu;            /* [N,4C] */
+    float *res_out;                   /* [N,C] residual after the MLP */
+} al_layer_acts;
+
+typedef struct al_model {
+    al_model_config cfg;
+    al_layout lay;
+    int B, T; /* microbatch shape the activations are sized for */
+    float *params, *grads; /* [nparams] each, layout `lay` */
+    al_emb_ptrs p_emb, g_emb;
+    al_layer_ptrs *p_layer, *g_layer; /* [L] */
+    al_final_ptrs p_final, g_final;
+    /* activations */
+    float *acts_mem;
+    float *encoded;           /* [N,C] residual stream input to block 0 */
+    al_layer_acts *layer;     /* [L] */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *logits;            /* [N,Vp]; holds dlogits after backward */
+    float *losses;            /* [N] */
+    /* activation-gradient scratch, reused across blocks */
+    float *dres, *dln, *dqkv, *datty, *dfch;
+} al_model;
+
+/* Allocate a model for microbatches of B rows x T tokens (T <= cfg->T). */
+int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err *err);
+void al_model_free(al_model *m);
+/* GPT-2 init: N(0, 0.02) matrices, residual projections scaled by 1/sqrt(2L),
+ * zero biases, unit LayerNorm gains. Deterministic in seed. */
+void al_model_init_weights(al_model *m, uint64_t seed);
+/* Forward pass; returns the summed loss over b->ntargets positions (the mean
+ * is that divided by ntargets). Keeps activations for the backward. */
+double al_model_forward(al_model *m, const al_batch *b);
+/* Backward of loss_scale * (summed loss); accumulates into m->grads. Call
+ * after al_model_forward on the same batch. */
+void al_model_backward(al_model *m, const al_batch *b, float loss_scale);
+void al_model_zero_grad(al_model *m);
+
+/* The pieces the forward and backward are made of, for engines that hold one
+ * gathered unit at a time (ODC, FSDP). x_in/res_out are [B*T, C].
+ * al_block_backward: dres holds d(res_out) on entry and d(x_in) on return;
+ * parameter gradients are accumulated into g. */
+void al_block_forward(al_model *m, int l, const al_layer_ptrs *p, const float *x_in,
+                      const al_batch *b);
+void al_block_backward(al_model *m, int l, const al_layer_ptrs *p, const al_layer_ptrs *g,
+                       const float *x_in, const al_batch *b);
+
+#endif

@@ -1,0 +1,330 @@
+/* model.c -- GPT-2 layout, initialisation, forward and backward (see al_model.h). */
+#include "al_model.h"
+#include "al_kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- presets --------------------------------------------------------------- */
+
+int al_model_preset(al_model_config *cfg, const char *name, al_err *err) {
+    memset(cfg, 0, sizeof *cfg);
+#define AL_PRESET_MATCH(pn, pl, pc, pnh, pt, pv)                                                   \
+    if (!strcmp(name, pn)) {                                                                       \
+        snprintf(cfg->preset, sizeof cfg->preset, "%s", pn);                                       \
+        cfg->L = pl;                                                                               \
+        cfg->C = pc;                                                                               \
+        cfg->NH = pnh;                                                                             \
+        cfg->T = pt;                                                                               \
+        cfg->V = pv;                                                                               \
+        cfg->Vp = (pv + 63) / 64 * 64;                                                             \
+        return 0;                                                                                  \
+    }
+    AL_PRESET_TABLE(AL_PRESET_MATCH)
+#undef AL_PRESET_MATCH
+    return al_errf(err, AL_ENOTFOUND, "unknown model preset '%s' (known: %s)", name,
+                   al_model_preset_names());
+}
+
+const char *al_model_preset_names(void) {
+#define AL_PRESET_NAME(pn, pl, pc, pnh, pt, pv) pn ", "
+    static const char names[] = AL_PRESET_TABLE(AL_PRESET_NAME);
+#undef AL_PRESET_NAME
+    static char trimmed[sizeof names];
+    /* drop the trailing ", " (a constant string, so this is idempotent) */
+    memcpy(trimmed, names, sizeof names);
+    trimmed[sizeof names - 3] = '\0';
+    return trimmed;
+}
+
+/* ---- layout ---------------------------------------------------------------- */
+
+enum { KIND_EMB, KIND_LAYER, KIND_FINAL };
+enum { KIND_OF_EMB = KIND_EMB, KIND_OF_LAYER = KIND_LAYER, KIND_OF_FINAL = KIND_FINAL };
+
+typedef struct tdesc {
+    const char *name;
+    int kind;
+    int rows, cols, decay, init;
+} tdesc;
+
+static int table(const al_model_config *c, tdesc *out) {
+    int n = 0;
+#define AL_TDESC(name, unit, r, cc, d, in)                                                         \
+    out[n++] = (tdesc){#name, KIND_OF_##unit, (r), (cc), (d), AL_INIT_##in};
+    AL_PARAM_TABLE(AL_TDESC)
+#undef AL_TDESC
+    return n;
+}
+#define NDESC 32
+
+int al_layout_init(al_layout *lay, const al_model_config *c, al_err *err) {
+    memset(lay, 0, sizeof *lay);
+    tdesc d[NDESC];
+    int nd = table(c, d);
+    int per_kind[3] = {0};
+    for (int i = 0; i < nd; i++) per_kind[d[i].kind]++;
+    lay->nunits = c->L + 2;
+    lay->ntensors = per_kind[KIND_EMB] + c->L * per_kind[KIND_LAYER] + per_kind[KIND_FINAL];
+    lay->unit_off = calloc((size_t)lay->nunits + 1, sizeof(size_t));
+    lay->tensors = calloc((size_t)lay->ntensors, sizeof(al_tensor_info));
+    if (!lay->unit_off || !lay->tensors) {
+        al_layout_free(lay);
+        return al_errf(err, AL_ENOMEM, "model layout: out of memory");
+    }
+    size_t off = 0;
+    int t = 0;
+    for (int u = 0; u < lay->nunits; u++) {
+        int kind = u == 0 ? KIND_EMB : (u == lay->nunits - 1 ? KIND_FINAL : KIND_LAYER);
+        lay->unit_off[u] = off;
+        for (int i = 0; i < nd; i++) {
+            if (d[i].kind != kind) continue;
+            al_tensor_info *ti = &lay->tensors[t++];
+            if (kind == KIND_LAYER)
+                snprintf(ti->name, sizeof ti->name, "h.%d.%s", u - 1, d[i].name);
+            else
+                snprintf(ti->name, sizeof ti->name, "%s", d[i].name);
+            ti->offset = off;
+            ti->rows = d[i].rows;
+            ti->cols = d[i].cols;
+            ti->numel = (size_t)d[i].rows * (size_t)d[i].cols;
+            ti->decay = d[i].decay;
+            ti->init = d[i].init;
+            ti->unit = u;
+            off += ti->numel;
+        }
+    }
+    lay->unit_off[lay->nunits] = off;
+    lay->nparams = off;
+    return 0;
+}
+
+void al_layout_free(al_layout *lay) {
+    free(lay->unit_off);
+    free(lay->tensors);
+    memset(lay, 0, sizeof *lay);
+}
+
+/* Pointer tables: walk the table in order, keeping only the unit's tensors. */
+#define AL_PTR_EMB(name, unit, r, cc, d, in)                                                       \
+    AL_IF_EMB_##unit(p->name = base + off; off += (size_t)(r) * (size_t)(cc);)
+#define AL_PTR_LAYER(name, unit, r, cc, d, in)                                                     \
+    AL_IF_LAYER_##unit(p->name = base + off; off += (size_t)(r) * (size_t)(cc);)
+#define AL_PTR_FINAL(name, unit, r, cc, d, in)                                                     \
+    AL_IF_FINAL_##unit(p->name = base + off; off += (size_t)(r) * (size_t)(cc);)
+
+void al_emb_ptrs_at(al_emb_ptrs *p, const al_model_config *c, float *base) {
+    size_t off = 0;
+    AL_PARAM_TABLE(AL_PTR_EMB)
+}
+void al_layer_ptrs_at(al_layer_ptrs *p, const al_model_config *c, float *base) {
+    size_t off = 0;
+    AL_PARAM_TABLE(AL_PTR_LAYER)
+}
+void al_final_ptrs_at(al_final_ptrs *p, const al_model_config *c, float *base) {
+    size_t off = 0;
+    AL_PARAM_TABLE(AL_PTR_FINAL)
+}
+
+/* ---- batches ----------------------------------------------------------------- */
+
+int al_batch_init(al_batch *b, int B, int T, al_err *err) {
+    memset(b, 0, sizeof *b);
+    size_t n = (size_t)B * T;
+    b->B = B;
+    b->T = T;
+    b->tokens = calloc(n, sizeof(int));
+    b->targets = calloc(n, sizeof(int));
+    b->pos = calloc(n, sizeof(int));
+    b->docstart = calloc(n, sizeof(int));
+    if (!b->tokens || !b->targets || !b->pos || !b->docstart) {
+        al_batch_free(b);
+        return al_errf(err, AL_ENOMEM, "batch %dx%d: out of memory", B, T);
+    }
+    return 0;
+}
+
+void al_batch_free(al_batch *b) {
+    free(b->tokens);
+    free(b->targets);
+    free(b->pos);
+    free(b->docstart);
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- model ------------------------------------------------------------------- */
+
+int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err *err) {
+    memset(m, 0, sizeof *m);
+    if (B < 1 || T < 1 || T > cfg->T)
+        return al_errf(err, AL_EINVAL, "microbatch %dx%d does not fit preset '%s' (T <= %d)", B, T,
+                       cfg->preset, cfg->T);
+    if (cfg->C % cfg->NH != 0)
+        return al_errf(err, AL_EINVAL, "C=%d is not a multiple of NH=%d", cfg->C, cfg->NH);
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    int rc = al_layout_init(&m->lay, cfg, err);
+    if (rc) return rc;
+    int L = cfg->L;
+    size_t P = m->lay.nparams, N = (size_t)B * T, C = (size_t)cfg->C, NH = (size_t)cfg->NH;
+    m->params = calloc(P, sizeof(float));
+    m->grads = calloc(P, sizeof(float));
+    m->p_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
+    m->g_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
+    m->layer = calloc((size_t)L, sizeof(al_layer_acts));
+    /* activations: per block 16NC + 4N + N*NH; encoder, head, 10NC of scratch */
+    size_t per_layer = 16 * N * C + 4 * N + N * NH;
+    size_t total = N * C + L * per_layer + N * C + 2 * N + N * (size_t)cfg->Vp + N + 10 * N * C;
+    m->acts_mem = malloc(total * sizeof(float));
+    if (!m->params || !m->grads || !m->p_layer || !m->g_layer || !m->layer || !m->acts_mem) {
+        al_model_free(m);
+        return al_errf(err, AL_ENOMEM, "model '%s' (%zu params, %zu activation floats): out of memory",
+                       cfg->preset, P, total);
+    }
+    float *a = m->acts_mem;
+#define TAKE(n) (a += (n), a - (n))
+    m->encoded = TAKE(N * C);
+    for (int l = 0; l < L; l++) {
+        al_layer_acts *la = &m->layer[l];
+        la->ln1 = TAKE(N * C);
+        la->ln1_mean = TAKE(N);
+        la->ln1_rstd = TAKE(N);
+        la->qkv = TAKE(3 * N * C);
+        la->atty = TAKE(N * C);
+        la->att_lse = TAKE(N * NH);
+        la->res_mid = TAKE(N * C);
+        la->ln2 = TAKE(N * C);
+        la->ln2_mean = TAKE(N);
+        la->ln2_rstd = TAKE(N);
+        la->fch = TAKE(4 * N * C);
+        la->fch_gelu = TAKE(4 * N * C);
+        la->res_out = TAKE(N * C);
+    }
+    m->lnf = TAKE(N * C);
+    m->lnf_mean = TAKE(N);
+    m->lnf_rstd = TAKE(N);
+    m->logits = TAKE(N * (size_t)cfg->Vp);
+    m->losses = TAKE(N);
+    m->dres = TAKE(N * C);
+    m->dln = TAKE(N * C);
+    m->dqkv = TAKE(3 * N * C);
+    m->datty = TAKE(N * C);
+    m->dfch = TAKE(4 * N * C);
+#undef TAKE
+    /* pointer tables into the flat buffers */
+    al_emb_ptrs_at(&m->p_emb, cfg, m->params + m->lay.unit_off[0]);
+    al_emb_ptrs_at(&m->g_emb, cfg, m->grads + m->lay.unit_off[0]);
+    for (int l = 0; l < L; l++) {
+        al_layer_ptrs_at(&m->p_layer[l], cfg, m->params + m->lay.unit_off[l + 1]);
+        al_layer_ptrs_at(&m->g_layer[l], cfg, m->grads + m->lay.unit_off[l + 1]);
+    }
+    al_final_ptrs_at(&m->p_final, cfg, m->params + m->lay.unit_off[L + 1]);
+    al_final_ptrs_at(&m->g_final, cfg, m->grads + m->lay.unit_off[L + 1]);
+    return 0;
+}
+
+void al_model_free(al_model *m) {
+    free(m->params);
+    free(m->grads);
+    free(m->p_layer);
+    free(m->g_layer);
+    free(m->layer);
+    free(m->acts_mem);
+    al_layout_free(&m->lay);
+    memset(m, 0, sizeof *m);
+}
+
+void al_model_init_weights(al_model *m, uint64_t seed) {
+    al_rng rng;
+    al_rng_seed(&rng, seed);
+    const al_model_config *c = &m->cfg;
+    double resid_std = 0.02 / sqrt(2.0 * c->L);
+    for (int t = 0; t < m->lay.ntensors; t++) {
+        const al_tensor_info *ti = &m->lay.tensors[t];
+        float *p = m->params + ti->offset;
+        for (size_t i = 0; i < ti->numel; i++) {
+            switch (ti->init) {
+            case AL_INIT_NORMAL: p[i] = (float)(0.02 * al_rng_normal(&rng)); break;
+            case AL_INIT_RESID: p[i] = (float)(resid_std * al_rng_normal(&rng)); break;
+            case AL_INIT_ONE: p[i] = 1.0f; break;
+            default: p[i] = 0.0f; break;
+            }
+        }
+    }
+    /* padded vocabulary rows are never used: keep them at zero */
+    memset(m->p_emb.wte + (size_t)c->V * c->C, 0, (size_t)(c->Vp - c->V) * c->C * sizeof(float));
+}
+
+void al_model_zero_grad(al_model *m) {
+    memset(m->grads, 0, m->lay.nparams * sizeof(float));
+}
+
+void al_block_forward(al_model *m, int l, const al_layer_ptrs *p, const float *x_in,
+                      const al_batch *b) {
+    int B = b->B, T = b->T, C = m->cfg.C, N = B * T;
+    al_layer_acts *a = &m->layer[l];
+    al_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
+    al_matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, 0);
+    al_attention_forward(a->atty, a->att_lse, a->qkv, b->docstart, B, T, C, m->cfg.NH);
+    /* res_mid = x_in + atty @ attprojw^T + attprojb */
+    memcpy(a->res_mid, x_in, (size_t)N * C * sizeof(float));
+    al_matmul_forward(a->res_mid, a->atty, p->attprojw, p->attprojb, N, C, C, 1);
+    al_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2w, p->ln2b, N, C);
+    al_matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C, 0);
+    al_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    /* res_out = res_mid + gelu @ fcprojw^T + fcprojb */
+    memcpy(a->res_out, a->res_mid, (size_t)N * C * sizeof(float));
+    al_matmul_forward(a->res_out, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C, 1);
+}
+
+void al_block_backward(al_model *m, int l, const al_layer_ptrs *p, const al_layer_ptrs *g,
+                       const float *x_in, const al_batch *b) {
+    int B = b->B, T = b->T, C = m->cfg.C, N = B * T;
+    al_layer_acts *a = &m->layer[l];
+    /* MLP: res_out = res_mid + fcproj(gelu(fc(ln2(res_mid)))) */
+    al_matmul_backward(m->dfch, g->fcprojw, g->fcprojb, m->dres, a->fch_gelu, p->fcprojw, N, 4 * C,
+                       C, 0);
+    al_gelu_backward(m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
+    al_matmul_backward(m->dln, g->fcw, g->fcb, m->dfch, a->ln2, p->fcw, N, C, 4 * C, 0);
+    al_layernorm_backward(m->dres, g->ln2w, g->ln2b, m->dln, a->res_mid, p->ln2w, a->ln2_mean,
+                          a->ln2_rstd, N, C);
+    /* attention: res_mid = x_in + attproj(attn(qkv(ln1(x_in)))) */
+    al_matmul_backward(m->datty, g->attprojw, g->attprojb, m->dres, a->atty, p->attprojw, N, C, C,
+                       0);
+    al_attention_backward(m->dqkv, m->datty, a->qkv, a->att_lse, b->docstart, B, T, C, m->cfg.NH);
+    al_matmul_backward(m->dln, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C, 0);
+    al_layernorm_backward(m->dres, g->ln1w, g->ln1b, m->dln, x_in, p->ln1w, a->ln1_mean,
+                          a->ln1_rstd, N, C);
+}
+
+static const float *block_input(const al_model *m, int l) {
+    return l == 0 ? m->encoded : m->layer[l - 1].res_out;
+}
+
+double al_model_forward(al_model *m, const al_batch *b) {
+    const al_model_config *c = &m->cfg;
+    int N = b->B * b->T;
+    al_encoder_forward(m->encoded, b->tokens, b->pos, m->p_emb.wte, m->p_emb.wpe, N, c->C);
+    for (int l = 0; l < c->L; l++) al_block_forward(m, l, &m->p_layer[l], block_input(m, l), b);
+    al_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, c->L), m->p_final.lnfw,
+                         m->p_final.lnfb, N, c->C);
+    /* logits = lnf @ wte^T (tied output embedding) */
+    al_matmul_forward(m->logits, m->lnf, m->p_emb.wte, NULL, N, c->C, c->Vp, 0);
+    return al_crossentropy_forward(m->losses, m->logits, b->targets, N, c->V, c->Vp);
+}
+
+void al_model_backward(al_model *m, const al_batch *b, float loss_scale) {
+    const al_model_config *c = &m->cfg;
+    int N = b->B * b->T;
+    al_crossentropy_backward(m->logits, b->targets, loss_scale, N, c->V, c->Vp);
+    al_matmul_backward(m->dln, m->g_emb.wte, NULL, m->logits, m->lnf, m->p_emb.wte, N, c->C, c->Vp,
+                       0);
+    memset(m->dres, 0, (size_t)N * c->C * sizeof(float));
+    al_layernorm_backward(m->dres, m->g_final.lnfw, m->g_final.lnfb, m->dln, block_input(m, c->L),
+                          m->p_final.lnfw, m->lnf_mean, m->lnf_rstd, N, c->C);
+    for (int l = c->L - 1; l >= 0; l--)
+        al_block_backward(m, l, &m->p_layer[l], &m->g_layer[l], block_input(m, l), b);
+    al_encoder_backward(m->g_emb.wte, m->g_emb.wpe, m->dres, b->tokens, b->pos, N, c->C);
+}

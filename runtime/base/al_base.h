@@ -1,0 +1,113 @@
+/*
+ * al_base.h -- the shared basics every autoloco module may use: error codes and
+ * messages, logging, a monotonic clock, a deterministic RNG, SHA-256, small file
+ * helpers. Uses no other module.
+ *
+ * Error convention (libuv style): a function that can fail returns 0 or a
+ * negative AL_E* code and, when it fails, leaves a one-line message in the
+ * caller's `al_err` ("what, where, why"). The CLI prints that message and turns
+ * the code into an exit status. Library code never exits and never prints
+ * errors itself.
+ */
+#ifndef AL_BASE_H
+#define AL_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* One table for every error code: name, value, description. */
+#define AL_ERRORS(X)                                                                               \
+    X(AL_EINVAL, -1, "invalid argument")                                                           \
+    X(AL_ENOMEM, -2, "out of memory")                                                              \
+    X(AL_EIO, -3, "input/output error")                                                            \
+    X(AL_EFORMAT, -4, "bad file format")                                                           \
+    X(AL_ECONFIG, -5, "bad configuration")                                                         \
+    X(AL_ENOTFOUND, -6, "not found")                                                               \
+    X(AL_EMISMATCH, -7, "mismatch")                                                                \
+    X(AL_EINTEGRITY, -8, "integrity check failed")                                                 \
+    X(AL_ENUMERIC, -9, "numerical error (NaN or Inf)")                                             \
+    X(AL_EUNSUPPORTED, -10, "unsupported")                                                         \
+    X(AL_EPEER, -11, "peer failure")                                                               \
+    X(AL_ETIMEOUT, -12, "timed out")
+
+enum {
+#define AL_ERR_ENUM(name, val, desc) name = val,
+    AL_ERRORS(AL_ERR_ENUM)
+#undef AL_ERR_ENUM
+};
+
+/* Short description of an AL_E* code ("unknown error" for anything else). */
+const char *al_strerror(int code);
+/* The code's symbolic name, e.g. "AL_EIO". */
+const char *al_errname(int code);
+
+/* The message a failing call leaves for its caller. */
+typedef struct al_err {
+    int code;
+    char msg[512];
+} al_err;
+
+/* Set err (may be NULL) to code and a printf-formatted message; returns code so
+ * that callers can write `return al_errf(err, AL_EIO, "...")`. */
+int al_errf(al_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prefix an existing message with context: "context: old message". */
+int al_err_prefix(al_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void al_err_clear(al_err *err);
+
+/* ---- logging ------------------------------------------------------------- */
+typedef enum { AL_LOG_DEBUG, AL_LOG_INFO, AL_LOG_WARN, AL_LOG_ERROR } al_log_level;
+/* Logs go to stderr with a level tag; below `min` they are dropped. The logger
+ * is a value owned by whoever runs the program (no global state). */
+typedef struct al_log {
+    al_log_level min;
+    FILE *out;
+} al_log;
+void al_log_init(al_log *log, al_log_level min, FILE *out);
+void al_logf(const al_log *log, al_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- time ---------------------------------------------------------------- */
+double al_now(void); /* monotonic seconds */
+
+/* ---- RNG: xoshiro256** seeded through splitmix64 -------------------------- */
+typedef struct al_rng {
+    uint64_t s[4];
+} al_rng;
+void al_rng_seed(al_rng *r, uint64_t seed);
+uint64_t al_rng_u64(al_rng *r);
+double al_rng_uniform(al_rng *r);             /* [0, 1) */
+uint64_t al_rng_below(al_rng *r, uint64_t n); /* [0, n), n > 0 */
+double al_rng_normal(al_rng *r);              /* N(0, 1), Box-Muller, no cached pair */
+
+/* ---- hashing ------------------------------------------------------------- */
+/* SHA-256 of a buffer, written as 64 lowercase hex digits + NUL. */
+void al_sha256_hex(const void *data, size_t n, char hex[65]);
+/* SHA-256 of a whole file; AL_EIO with the path if it cannot be read. */
+int al_sha256_file(const char *path, char hex[65], al_err *err);
+/* FNV-1a 64-bit, for cheap deterministic mixing. */
+uint64_t al_fnv1a64(const void *data, size_t n, uint64_t h);
+
+/* ---- files --------------------------------------------------------------- */
+/* Read a whole file into a malloc'd buffer (NUL-terminated; *len excludes it). */
+int al_read_file(const char *path, char **data, size_t *len, al_err *err);
+/* Write a buffer to path and fsync it. */
+int al_write_file_sync(const char *path, const void *data, size_t len, al_err *err);
+/* mkdir -p; an existing directory is fine. */
+int al_mkdirs(const char *path, al_err *err);
+/* fsync a directory (after a rename inside it). */
+int al_fsync_dir(const char *path, al_err *err);
+/* rm -rf of a directory tree we created. */
+int al_remove_tree(const char *path, al_err *err);
+
+/* ---- threads ------------------------------------------------------------- */
+/* Set the thread count for our OpenMP kernels and for OpenBLAS together. */
+void al_threads_set(int n);
+int al_threads_get(void);
+
+#define AL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define AL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define AL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

@@ -1,0 +1,341 @@
+/* base.c -- error messages, logging, clock, RNG, hashing, file helpers. */
+#include "al_base.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+#include <omp.h>
+#include <openssl/evp.h>
+
+/* ---- errors -------------------------------------------------------------- */
+
+const char *al_strerror(int code) {
+    switch (code) {
+#define AL_ERR_CASE(name, val, desc)                                                               \
+    case name: return desc;
+        AL_ERRORS(AL_ERR_CASE)
+#undef AL_ERR_CASE
+    case 0: return "success";
+    default: return "unknown error";
+    }
+}
+
+const char *al_errname(int code) {
+    switch (code) {
+#define AL_ERR_CASE(name, val, desc)                                                               \
+    case name: return #name;
+        AL_ERRORS(AL_ERR_CASE)
+#undef AL_ERR_CASE
+    case 0: return "OK";
+    default: return "AL_E?";
+    }
+}
+
+int al_errf(al_err *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}
+
+int al_err_prefix(al_err *err, const char *fmt, ...) {
+    if (!err) return 0;
+    char pre[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    size_t pl = strlen(pre), ol = strlen(err->msg), cap = sizeof err->msg - 1;
+    if (pl + 2 > cap) pl = cap - 2;
+    if (ol > cap - pl - 2) ol = cap - pl - 2;
+    memmove(err->msg + pl + 2, err->msg, ol);
+    memcpy(err->msg, pre, pl);
+    err->msg[pl] = ':';
+    err->msg[pl + 1] = ' ';
+    err->msg[pl + 2 + ol] = '\0';
+    return err->code;
+}
+
+void al_err_clear(al_err *err) {
+    if (err) {
+        err->code = 0;
+        err->msg[0] = '\0';
+    }
+}
+
+/* ---- logging ------------------------------------------------------------- */
+
+void al_log_init(al_log *log, al_log_level min, FILE *out) {
+    log->min = min;
+    log->out = out ? out : stderr;
+}
+
+void al_logf(const al_log *log, al_log_level lvl, const char *fmt, ...) {
+    static const char *tag[] = {"debug", "info", "warn", "error"};
+    if (!log || lvl < log->min) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(log->out, "[%s] ", tag[lvl]);
+    vfprintf(log->out, fmt, ap);
+    fputc('\n', log->out);
+    fflush(log->out);
+    va_end(ap);
+}
+
+/* ---- time ---------------------------------------------------------------- */
+
+double al_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- RNG ----------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void al_rng_seed(al_rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
+}
+
+static inline uint64_t rotl(uint64_t x, int k) {
+    return (x << k) | (x >> (64 - k));
+}
+
+uint64_t al_rng_u64(al_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double al_rng_uniform(al_rng *r) {
+    return (double)(al_rng_u64(r) >> 11) * 0x1.0p-53;
+}
+
+uint64_t al_rng_below(al_rng *r, uint64_t n) {
+    /* Rejection sampling keeps the result exactly uniform. */
+    uint64_t lim = UINT64_MAX - UINT64_MAX % n;
+    uint64_t x;
+    do x = al_rng_u64(r);
+    while (x >= lim);
+    return x % n;
+}
+
+double al_rng_normal(al_rng *r) {
+    double u1 = al_rng_uniform(r), u2 = al_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* ---- hashing ------------------------------------------------------------- */
+
+static void to_hex(const unsigned char *d, unsigned n, char *hex) {
+    static const char digits[] = "0123456789abcdef";
+    for (unsigned i = 0; i < n; i++) {
+        hex[2 * i] = digits[d[i] >> 4];
+        hex[2 * i + 1] = digits[d[i] & 15];
+    }
+    hex[2 * n] = '\0';
+}
+
+void al_sha256_hex(const void *data, size_t n, char hex[65]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL);
+    to_hex(md, mdlen, hex);
+}
+
+int al_sha256_file(const char *path, char hex[65], al_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return al_errf(err, AL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx) {
+        fclose(f);
+        return al_errf(err, AL_ENOMEM, "sha256: out of memory");
+    }
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    unsigned char buf[1 << 16];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) EVP_DigestUpdate(ctx, buf, got);
+    int bad = ferror(f);
+    fclose(f);
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdlen = 0;
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    if (bad) return al_errf(err, AL_EIO, "%s: read error", path);
+    to_hex(md, mdlen, hex);
+    return 0;
+}
+
+uint64_t al_fnv1a64(const void *data, size_t n, uint64_t h) {
+    const unsigned char *p = data;
+    if (h == 0) h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* ---- files --------------------------------------------------------------- */
+
+int al_read_file(const char *path, char **data, size_t *len, al_err *err) {
+    *data = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return al_errf(err, AL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(f);
+        return al_errf(err, AL_ENOMEM, "%s: out of memory", path);
+    }
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *nb = realloc(buf, 2 * cap + 1);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return al_errf(err, AL_ENOMEM, "%s: out of memory", path);
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return al_errf(err, AL_EIO, "%s: read error", path);
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+int al_write_file_sync(const char *path, const void *data, size_t len, al_err *err) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return al_errf(err, AL_EIO, "%s: cannot create: %s", path, strerror(errno));
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            return al_errf(err, AL_EIO, "%s: write failed: %s", path, strerror(e));
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        return al_errf(err, AL_EIO, "%s: fsync failed: %s", path, strerror(e));
+    }
+    if (close(fd) != 0) return al_errf(err, AL_EIO, "%s: close failed: %s", path, strerror(errno));
+    return 0;
+}
+
+int al_mkdirs(const char *path, al_err *err) {
+    char tmp[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof tmp) return al_errf(err, AL_EINVAL, "bad directory path '%s'", path);
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (tmp[i] == '/' || tmp[i] == '\0') {
+            char c = tmp[i];
+            tmp[i] = '\0';
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return al_errf(err, AL_EIO, "%s: cannot create directory: %s", tmp,
+                               strerror(errno));
+            tmp[i] = c;
+        }
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return al_errf(err, AL_EIO, "%s: not a directory", path);
+    if (access(path, W_OK) != 0)
+        return al_errf(err, AL_EIO, "%s: directory not writable: %s", path, strerror(errno));
+    return 0;
+}
+
+int al_fsync_dir(const char *path, al_err *err) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return al_errf(err, AL_EIO, "%s: cannot open directory: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    if (rc != 0) return al_errf(err, AL_EIO, "%s: fsync failed: %s", path, strerror(e));
+    return 0;
+}
+
+int al_remove_tree(const char *path, al_err *err) {
+    DIR *d = opendir(path);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        if (errno == ENOTDIR) {
+            if (unlink(path) != 0)
+                return al_errf(err, AL_EIO, "%s: cannot remove: %s", path, strerror(errno));
+            return 0;
+        }
+        return al_errf(err, AL_EIO, "%s: cannot open: %s", path, strerror(errno));
+    }
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+        struct stat st;
+        if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            rc = al_remove_tree(sub, err);
+        else if (unlink(sub) != 0)
+            rc = al_errf(err, AL_EIO, "%s: cannot remove: %s", sub, strerror(errno));
+    }
+    closedir(d);
+    if (rc == 0 && rmdir(path) != 0)
+        rc = al_errf(err, AL_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    return rc;
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+void al_threads_set(int n) {
+    if (n < 1) n = 1;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int al_threads_get(void) {
+    return omp_get_max_threads();
+}
