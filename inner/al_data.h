@@ -1,0 +1,100 @@
+/*
+ * al_data.h -- token files, documents, and packing documents into microbatches.
+ *
+ * Token file (llm.c's format, so llm.c's GPT-2 files load too): a header of 256
+ * int32 -- [0] magic 20240520, [1] version 1 (uint16 tokens), [2] token count,
+ * [3] vocabulary size (autoloco; 0 in llm.c files, meaning GPT-2's 50257),
+ * [4] end-of-document token (autoloco; 0 = vocabulary - 1) -- then the tokens.
+ *
+ * Documents: the stream is EOT d0 d1 ... EOT e0 e1 ... EOT. Document k spans
+ * tokens [s_k, s_{k+1}): its EOT (the "beginning" token), then its bytes; its
+ * last target is the next EOT. The boundaries s_0 < ... < s_ndocs are kept in an
+ * index file beside the token file (X.bin -> X.idx: "ALIDX001", uint64 ndocs,
+ * uint64 s[ndocs + 1]); without one they are found by scanning for EOT.
+ *
+ * Byte tokenizer: token = byte value (0..255), EOT = 256, vocabulary 257.
+ */
+#ifndef AL_DATA_H
+#define AL_DATA_H
+
+#include "al_base.h"
+#include "al_model.h"
+
+#define AL_TOKENS_MAGIC 20240520
+#define AL_BYTE_VOCAB 257
+#define AL_BYTE_EOT 256
+
+typedef struct al_tokens {
+    uint16_t *tok;
+    size_t n;
+    int vocab, eot;
+    size_t ndocs;
+    uint64_t *doc; /* [ndocs + 1] boundaries, each the index of an EOT */
+    char path[512];
+} al_tokens;
+
+/* Load X.bin (and X.idx if present). Errors name the file and what is wrong:
+ * missing, truncated, bad magic/version, tokens out of the vocabulary. */
+int al_tokens_load(al_tokens *t, const char *path, al_err *err);
+void al_tokens_free(al_tokens *t);
+/* The file's vocabulary must equal the model's: AL_EMISMATCH otherwise. */
+int al_tokens_check_vocab(const al_tokens *t, const al_model_config *cfg, al_err *err);
+/* Write tokens + index (used by data prep and tests). */
+int al_tokens_write(const char *path, const uint16_t *tok, size_t n, int vocab, int eot,
+                    const uint64_t *doc, size_t ndocs, al_err *err);
+
+/* Length of document k in positions (inputs), = s_{k+1} - s_k. */
+static inline size_t al_doc_len(const al_tokens *t, size_t k) {
+    return (size_t)(t->doc[k + 1] - t->doc[k]);
+}
+
+/* How microbatches are filled. */
+typedef enum {
+    AL_PACK_DOCS,   /* documents packed into rows, attention within each document */
+    AL_PACK_STREAM, /* fixed windows of the token stream (pretraining rows) */
+} al_packing;
+int al_packing_parse(const char *s, al_packing *out, al_err *err);
+const char *al_packing_name(al_packing p);
+
+/* Where a loader stands; saved in checkpoints so a resume continues exactly. */
+typedef struct al_loader_state {
+    uint64_t epoch;  /* passes completed over the data */
+    uint64_t next;   /* docs mode: index into the epoch's permutation; stream: token offset */
+    uint64_t offset; /* docs mode: positions of the current document already used */
+} al_loader_state;
+
+typedef struct al_loader {
+    const al_tokens *data;
+    al_packing packing;
+    int shuffle;
+    uint64_t seed;
+    uint32_t *perm; /* [ndocs] order of documents in this epoch */
+    al_loader_state st;
+} al_loader;
+
+int al_loader_init(al_loader *ld, const al_tokens *data, al_packing packing, int shuffle,
+                   uint64_t seed, al_err *err);
+void al_loader_free(al_loader *ld);
+/* Jump to a saved state (recomputes the epoch's permutation). */
+int al_loader_seek(al_loader *ld, const al_loader_state *st, al_err *err);
+/* Fill b (B rows x T positions) with the next tokens. Long documents are split
+ * into pieces of at most T; every piece starts at position 0. */
+void al_loader_next(al_loader *ld, al_batch *b);
+
+/* ---- data prep -------------------------------------------------------------------- */
+typedef enum { AL_FMT_FORTUNE, AL_FMT_TEXT, AL_FMT_JSONL } al_text_format;
+int al_text_format_parse(const char *s, al_text_format *out, al_err *err);
+
+typedef struct al_prep_stats {
+    size_t files, docs, train_docs, val_docs, train_tokens, val_tokens;
+    size_t min_len, median_len, max_len; /* document lengths in bytes */
+} al_prep_stats;
+
+/* Read the inputs (files, or directories of files: sorted, skipping *.dat,
+ * *.u8 and hidden files), split them into documents by format, assign each
+ * document to validation with probability val_frac (deterministic in seed),
+ * and write OUTDIR/{train,val}.{bin,idx} with the byte tokenizer. */
+int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, const char *outdir,
+                 double val_frac, uint64_t seed, al_prep_stats *stats, al_err *err);
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * al_ckpt.h -- checkpoints: safetensors files named by the parameter table, a
+ * JSON manifest with the training state and a SHA-256 per file, written
+ * atomically (temporary folder, fsync, rename, fsync of the parent).
+ *
+ * Layout: ROOT/step-00000100/{model.safetensors, optim.safetensors,
+ * manifest.json}. model holds the parameters under their table names
+ * ("wte", "h.0.qkvw", ...); optim holds AdamW's "m.<name>" and "v.<name>".
+ */
+#ifndef AL_CKPT_H
+#define AL_CKPT_H
+
+#include "al_train.h"
+
+/* Write nparts buffers laid out as `lay` into one safetensors file; tensor
+ * names are prefix[i] + table name (e.g. "m.h.0.qkvw"). */
+int al_safetensors_write(const char *path, const al_layout *lay, int nparts,
+                         const char *const *prefix, const float *const *buf, al_err *err);
+/* Read every tensor of every part into buf[i]; each must exist with dtype F32
+ * and the table's shape. */
+int al_safetensors_read(const char *path, const al_layout *lay, int nparts,
+                        const char *const *prefix, float *const *buf, al_err *err);
+
+/* Save the trainer under root; keeps the newest `keep` checkpoints (0 = all).
+ * The folder written is returned in out_dir (may be NULL). */
+int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash, int keep,
+                 char *out_dir, size_t out_cap, al_err *err);
+
+/* Resolve `path` to a checkpoint folder: itself if it holds a manifest, else
+ * the newest valid step-* inside it. A newest checkpoint that fails its checks
+ * is skipped with a warning on `log` (falls back to the previous one). */
+int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_cap, al_err *err);
+
+/* Verify the manifest and every file's SHA-256, then load parameters, AdamW
+ * state, step and data position into an initialised trainer of the same
+ * preset. A different config hash is reported on `log` as a warning. */
+int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
+                 al_err *err);
+
+#endif

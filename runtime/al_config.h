@@ -1,0 +1,68 @@
+/*
+ * al_config.h -- the run configuration: INI files (libinih), strict.
+ *
+ * One table (AL_CONFIG_TABLE) lists every key: section, key, type, default,
+ * limits and help. It drives the struct, defaults, parsing and validation, the
+ * canonical dump (hashed to tell configurations apart) and `--help-config`.
+ * An unknown section or key, or a bad value, is an error naming file, line and
+ * key. Later modules add their sections here.
+ */
+#ifndef AL_CONFIG_H
+#define AL_CONFIG_H
+
+#include "al_base.h"
+
+/* X(section, key, type, default, min, max, help); type INT, DBL or STR (STR:
+ * min is a "a|b|c" list of allowed values or NULL; max unused). */
+#define AL_CONFIG_TABLE(X)                                                                         \
+    X(model, preset, STR, "demo", "tiny|demo|small|gpt2-124m", 0, "model preset")                  \
+    X(data, train, STR, "data/fortunes/train.bin", NULL, 0, "training token file")                 \
+    X(data, val, STR, "data/fortunes/val.bin", NULL, 0, "validation token file ('' = none)")       \
+    X(data, packing, STR, "docs", "docs|stream", 0,                                                \
+      "docs: documents packed into rows, attention within documents; stream: fixed windows")       \
+    X(inner, batch, INT, 16, 1, 65536, "rows per microbatch")                                      \
+    X(inner, seq, INT, 0, 0, 1 << 20, "tokens per row (0 = the preset's context length)")          \
+    X(inner, accum, INT, 1, 1, 65536, "microbatches per optimizer step")                           \
+    X(inner, steps, INT, 2000, 1, 1L << 40, "optimizer steps (the schedule's length)")            \
+    X(inner, lr, DBL, 3e-3, 0, 10, "peak learning rate")                                           \
+    X(inner, warmup, INT, 100, 0, 1L << 40, "linear warmup steps")                                 \
+    X(inner, min_lr_frac, DBL, 0.1, 0, 1, "final learning rate as a fraction of the peak")        \
+    X(inner, weight_decay, DBL, 0.1, 0, 10, "AdamW decoupled weight decay (matrices only)")       \
+    X(inner, beta1, DBL, 0.9, 0, 0.999999, "AdamW beta1")                                          \
+    X(inner, beta2, DBL, 0.95, 0, 0.999999, "AdamW beta2")                                         \
+    X(inner, eps, DBL, 1e-8, 0, 1, "AdamW epsilon")                                                \
+    X(inner, grad_clip, DBL, 1.0, 0, 1e9, "global gradient-norm clip (0 = off)")                  \
+    X(inner, seed, INT, 1337, 0, 1L << 62, "seed for initialisation and data order")              \
+    X(inner, threads, INT, 0, 0, 1024, "threads for kernels and OpenBLAS (0 = all cores)")        \
+    X(inner, eval_every, INT, 100, 0, 1L << 40, "evaluate every N steps (0 = only at the end)")   \
+    X(inner, eval_batches, INT, 8, 1, 1 << 20, "validation microbatches per evaluation")          \
+    X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")              \
+    X(checkpoint, dir, STR, "runs/train", NULL, 0, "checkpoint folder")                            \
+    X(checkpoint, every, INT, 0, 0, 1L << 40, "save every N steps (0 = only at the end)")         \
+    X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints kept (0 = all)")
+
+#define AL_CFG_CTYPE_INT long
+#define AL_CFG_CTYPE_DBL double
+#define AL_CFG_CTYPE_STR char *
+
+typedef struct al_config {
+#define AL_CFG_FIELD(sec, key, type, def, lo, hi, help) AL_CFG_CTYPE_##type sec##_##key;
+    AL_CONFIG_TABLE(AL_CFG_FIELD)
+#undef AL_CFG_FIELD
+} al_config;
+
+/* Defaults for every key. Strings are owned by the config. */
+int al_config_init(al_config *c, al_err *err);
+void al_config_free(al_config *c);
+/* Parse an INI file over the current values. Errors: "FILE:LINE: ..." */
+int al_config_load(al_config *c, const char *path, al_err *err);
+/* Set one key from "section.key=value" (command-line overrides). */
+int al_config_set_arg(al_config *c, const char *assignment, al_err *err);
+/* Canonical "section.key = value" lines, every key, table order (malloc'd). */
+char *al_config_dump(const al_config *c);
+/* SHA-256 of the dump, hex. */
+void al_config_hash(const al_config *c, char hex[65]);
+/* The table as help text. */
+void al_config_print_help(FILE *f);
+
+#endif

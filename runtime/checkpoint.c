@@ -1,0 +1,337 @@
+/* checkpoint.c -- safetensors I/O and atomic checkpoints (see al_ckpt.h). */
+#include "al_ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CKPT_FORMAT "autoloco-checkpoint-1"
+static const char *const CKPT_FILES[] = {"model.safetensors", "optim.safetensors"};
+
+/* ---- safetensors --------------------------------------------------------------------
+ * u64 little-endian header length, a JSON header {name: {dtype, shape,
+ * data_offsets: [begin, end]}} padded with spaces to 8 bytes, then the data. */
+
+int al_safetensors_write(const char *path, const al_layout *lay, int nparts,
+                         const char *const *prefix, const float *const *buf, al_err *err) {
+    json_t *h = json_object();
+    size_t off = 0;
+    for (int k = 0; k < nparts * lay->ntensors; k++) {
+        const al_tensor_info *ti = &lay->tensors[k % lay->ntensors];
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", prefix[k / lay->ntensors], ti->name);
+        json_t *shape = ti->cols == 1 ? json_pack("[I]", (json_int_t)ti->rows)
+                                      : json_pack("[II]", (json_int_t)ti->rows,
+                                                  (json_int_t)ti->cols);
+        json_object_set_new(h, name,
+                            json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
+                                      "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + ti->numel * 4)));
+        off += ti->numel * 4;
+    }
+    char *js = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(h);
+    if (!js) return al_errf(err, AL_ENOMEM, "%s: cannot build header", path);
+    size_t hl = strlen(js), padded = (hl + 7) / 8 * 8;
+    size_t total = 8 + padded + off;
+    char *out = malloc(total);
+    if (!out) {
+        free(js);
+        return al_errf(err, AL_ENOMEM, "%s: out of memory (%zu bytes)", path, total);
+    }
+    uint64_t hl64 = padded;
+    memcpy(out, &hl64, 8); /* x86-64 and aarch64 are little-endian */
+    memcpy(out + 8, js, hl);
+    memset(out + 8 + hl, ' ', padded - hl);
+    free(js);
+    char *data = out + 8 + padded;
+    for (int k = 0; k < nparts * lay->ntensors; k++) {
+        const al_tensor_info *ti = &lay->tensors[k % lay->ntensors];
+        memcpy(data, buf[k / lay->ntensors] + ti->offset, ti->numel * 4);
+        data += ti->numel * 4;
+    }
+    int rc = al_write_file_sync(path, out, total, err);
+    free(out);
+    return rc;
+}
+
+int al_safetensors_read(const char *path, const al_layout *lay, int nparts,
+                        const char *const *prefix, float *const *buf, al_err *err) {
+    char *raw;
+    size_t n;
+    int rc = al_read_file(path, &raw, &n, err);
+    if (rc) return rc;
+    uint64_t hl = 0;
+    if (n < 8 || (memcpy(&hl, raw, 8), hl > n - 8)) {
+        free(raw);
+        return al_errf(err, AL_EFORMAT, "%s: truncated safetensors header", path);
+    }
+    json_error_t je;
+    json_t *h = json_loadb(raw + 8, hl, 0, &je);
+    if (!h || !json_is_object(h)) {
+        free(raw);
+        json_decref(h);
+        return al_errf(err, AL_EFORMAT, "%s: bad safetensors header: %s", path, je.text);
+    }
+    const char *data = raw + 8 + hl;
+    size_t dlen = n - 8 - hl;
+    for (int k = 0; k < nparts * lay->ntensors && rc == 0; k++) {
+        const al_tensor_info *ti = &lay->tensors[k % lay->ntensors];
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", prefix[k / lay->ntensors], ti->name);
+        json_t *e = json_object_get(h, name);
+        const char *dtype = NULL;
+        json_t *shape = NULL;
+        json_int_t b = -1, en = -1;
+        if (!e || json_unpack(e, "{s:s, s:o, s:[II]}", "dtype", &dtype, "shape", &shape,
+                              "data_offsets", &b, &en) != 0) {
+            rc = al_errf(err, AL_EFORMAT, "%s: tensor '%s' missing or malformed", path, name);
+            break;
+        }
+        size_t want_dims = ti->cols == 1 ? 1 : 2;
+        int shape_ok = json_is_array(shape) && json_array_size(shape) == want_dims &&
+                       json_integer_value(json_array_get(shape, 0)) == ti->rows &&
+                       (want_dims == 1 || json_integer_value(json_array_get(shape, 1)) == ti->cols);
+        if (strcmp(dtype, "F32") != 0 || !shape_ok) {
+            rc = al_errf(err, AL_EMISMATCH, "%s: tensor '%s' has dtype %s or a shape other than "
+                         "[%d, %d]", path, name, dtype, ti->rows, ti->cols);
+            break;
+        }
+        if (b < 0 || en < b || (size_t)en > dlen || (size_t)(en - b) != ti->numel * 4) {
+            rc = al_errf(err, AL_EFORMAT, "%s: tensor '%s' data offsets out of range", path, name);
+            break;
+        }
+        memcpy(buf[k / lay->ntensors] + ti->offset, data + b, ti->numel * 4);
+    }
+    json_decref(h);
+    free(raw);
+    return rc;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------- */
+
+static int is_step_dir(const char *name, long *step) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    char *end;
+    long s = strtol(name + 5, &end, 10);
+    if (*end != '\0' || end == name + 5) return 0;
+    *step = s;
+    return 1;
+}
+
+static int cmp_long_desc(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+/* Step numbers of ROOT/step-* folders, newest first. */
+static int list_steps(const char *root, long **steps, size_t *n, al_err *err) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) return al_errf(err, AL_ENOTFOUND, "%s: cannot open: %s", root, strerror(errno));
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long s;
+        if (!is_step_dir(e->d_name, &s)) continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            long *ns = realloc(*steps, cap * sizeof(long));
+            if (!ns) {
+                closedir(d);
+                return al_errf(err, AL_ENOMEM, "out of memory");
+            }
+            *steps = ns;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    qsort(*steps, *n, sizeof(long), cmp_long_desc);
+    return 0;
+}
+
+int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash, int keep,
+                 char *out_dir, size_t out_cap, al_err *err) {
+    int rc = al_mkdirs(root, err);
+    if (rc) return al_err_prefix(err, "checkpoint");
+    char tmp[4096], fin[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s/.tmp-step-%08ld", root, tr->step);
+    snprintf(fin, sizeof fin, "%s/step-%08ld", root, tr->step);
+    al_remove_tree(tmp, NULL); /* a leftover from a crash mid-save */
+    if (mkdir(tmp, 0755) != 0)
+        return al_errf(err, AL_EIO, "checkpoint %s: cannot create: %s", tmp, strerror(errno));
+    const al_layout *lay = &tr->model.lay;
+    const char *pfx_model[] = {""}, *pfx_optim[] = {"m.", "v."};
+    const float *buf_model[] = {tr->model.params}, *buf_optim[] = {tr->m, tr->v};
+    snprintf(path, sizeof path, "%s/%s", tmp, CKPT_FILES[0]);
+    rc = al_safetensors_write(path, lay, 1, pfx_model, buf_model, err);
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/%s", tmp, CKPT_FILES[1]);
+        rc = al_safetensors_write(path, lay, 2, pfx_optim, buf_optim, err);
+    }
+    json_t *files = json_object();
+    for (size_t i = 0; i < AL_ARRAY_LEN(CKPT_FILES) && rc == 0; i++) {
+        char hex[65];
+        snprintf(path, sizeof path, "%s/%s", tmp, CKPT_FILES[i]);
+        rc = al_sha256_file(path, hex, err);
+        if (rc == 0) json_object_set_new(files, CKPT_FILES[i], json_string(hex));
+    }
+    if (rc == 0) {
+        json_t *man = json_pack(
+            "{s:s, s:I, s:s, s:I, s:s, s:s, s:{s:I, s:I, s:I}, s:o}", "format", CKPT_FORMAT,
+            "step", (json_int_t)tr->step, "preset", tr->model.cfg.preset, "nparams",
+            (json_int_t)lay->nparams, "config_hash", config_hash ? config_hash : "",
+            "packing", al_packing_name(tr->o.packing), "data", "epoch",
+            (json_int_t)tr->train.st.epoch, "next", (json_int_t)tr->train.st.next, "offset",
+            (json_int_t)tr->train.st.offset, "files", files);
+        files = NULL;
+        char *js = json_dumps(man, JSON_INDENT(2) | JSON_SORT_KEYS);
+        json_decref(man);
+        snprintf(path, sizeof path, "%s/manifest.json", tmp);
+        rc = js ? al_write_file_sync(path, js, strlen(js), err)
+                : al_errf(err, AL_ENOMEM, "manifest: out of memory");
+        free(js);
+    }
+    json_decref(files);
+    if (rc == 0) rc = al_fsync_dir(tmp, err);
+    if (rc == 0) {
+        al_remove_tree(fin, NULL); /* re-saving the same step replaces it */
+        if (rename(tmp, fin) != 0)
+            rc = al_errf(err, AL_EIO, "checkpoint: rename %s -> %s: %s", tmp, fin,
+                         strerror(errno));
+    }
+    if (rc == 0) rc = al_fsync_dir(root, err);
+    if (rc) {
+        al_remove_tree(tmp, NULL);
+        return rc;
+    }
+    if (out_dir) snprintf(out_dir, out_cap, "%s", fin);
+    if (keep > 0) {
+        long *steps;
+        size_t n;
+        if (list_steps(root, &steps, &n, NULL) == 0) {
+            for (size_t i = (size_t)keep; i < n; i++) {
+                snprintf(path, sizeof path, "%s/step-%08ld", root, steps[i]);
+                al_remove_tree(path, NULL);
+            }
+            free(steps);
+        }
+    }
+    return 0;
+}
+
+/* Parse the manifest and check every file's SHA-256. */
+static int verify(const char *dir, json_t **man_out, al_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    json_error_t je;
+    json_t *man = json_load_file(path, 0, &je);
+    if (!man) return al_errf(err, AL_EFORMAT, "%s: unreadable manifest: %s", path, je.text);
+    const char *fmt = NULL;
+    json_t *files = NULL;
+    if (json_unpack(man, "{s:s, s:o}", "format", &fmt, "files", &files) != 0 ||
+        strcmp(fmt, CKPT_FORMAT) != 0 || !json_is_object(files)) {
+        json_decref(man);
+        return al_errf(err, AL_EFORMAT, "%s: not an autoloco checkpoint manifest", path);
+    }
+    const char *name;
+    json_t *want;
+    json_object_foreach(files, name, want) {
+        char hex[65];
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        int rc = al_sha256_file(path, hex, err);
+        if (rc) {
+            json_decref(man);
+            return rc;
+        }
+        if (!json_is_string(want) || strcmp(hex, json_string_value(want)) != 0) {
+            json_decref(man);
+            return al_errf(err, AL_EINTEGRITY, "%s: SHA-256 mismatch (file corrupt)", path);
+        }
+    }
+    *man_out = man;
+    return 0;
+}
+
+int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_cap,
+                 al_err *err) {
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/manifest.json", path);
+    if (access(probe, F_OK) == 0) {
+        snprintf(out_dir, out_cap, "%s", path);
+        return 0;
+    }
+    long *steps;
+    size_t n;
+    int rc = list_steps(path, &steps, &n, err);
+    if (rc) return al_err_prefix(err, "resume");
+    if (n == 0) {
+        free(steps);
+        return al_errf(err, AL_ENOTFOUND, "resume: no checkpoint (step-*) in %s", path);
+    }
+    for (size_t i = 0; i < n; i++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/step-%08ld", path, steps[i]);
+        json_t *man = NULL;
+        al_err e = {0};
+        if (verify(dir, &man, &e) == 0) {
+            json_decref(man);
+            snprintf(out_dir, out_cap, "%s", dir);
+            free(steps);
+            return 0;
+        }
+        al_logf(log, AL_LOG_WARN, "skipping checkpoint %s: %s", dir, e.msg);
+    }
+    free(steps);
+    return al_errf(err, AL_EINTEGRITY, "resume: no valid checkpoint in %s", path);
+}
+
+int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
+                 al_err *err) {
+    json_t *man = NULL;
+    int rc = verify(dir, &man, err);
+    if (rc) return rc;
+    const char *preset = NULL, *chash = NULL, *packing = NULL;
+    json_int_t step = 0, nparams = 0, epoch = 0, next = 0, offset = 0;
+    if (json_unpack(man, "{s:I, s:s, s:I, s:s, s:s, s:{s:I, s:I, s:I}}", "step", &step, "preset",
+                    &preset, "nparams", &nparams, "config_hash", &chash, "packing", &packing,
+                    "data", "epoch", &epoch, "next", &next, "offset", &offset) != 0) {
+        json_decref(man);
+        return al_errf(err, AL_EFORMAT, "%s/manifest.json: missing fields", dir);
+    }
+    if (strcmp(preset, tr->model.cfg.preset) != 0 || (size_t)nparams != tr->model.lay.nparams) {
+        rc = al_errf(err, AL_EMISMATCH, "%s: checkpoint of preset '%s' (%lld params), run uses "
+                     "'%s' (%zu params)", dir, preset, (long long)nparams, tr->model.cfg.preset,
+                     tr->model.lay.nparams);
+    } else if (strcmp(packing, al_packing_name(tr->o.packing)) != 0) {
+        rc = al_errf(err, AL_EMISMATCH, "%s: checkpoint packing '%s', run uses '%s'", dir, packing,
+                     al_packing_name(tr->o.packing));
+    }
+    if (rc == 0 && config_hash && strcmp(chash, config_hash) != 0)
+        al_logf(log, AL_LOG_WARN, "%s: saved with a different configuration (hash %.12s, now %.12s)",
+                dir, chash, config_hash);
+    char path[4200];
+    const al_layout *lay = &tr->model.lay;
+    const char *pfx_model[] = {""}, *pfx_optim[] = {"m.", "v."};
+    float *buf_model[] = {tr->model.params}, *buf_optim[] = {tr->m, tr->v};
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/%s", dir, CKPT_FILES[0]);
+        rc = al_safetensors_read(path, lay, 1, pfx_model, buf_model, err);
+    }
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/%s", dir, CKPT_FILES[1]);
+        rc = al_safetensors_read(path, lay, 2, pfx_optim, buf_optim, err);
+    }
+    if (rc == 0) {
+        al_loader_state st = {(uint64_t)epoch, (uint64_t)next, (uint64_t)offset};
+        rc = al_loader_seek(&tr->train, &st, err);
+    }
+    if (rc == 0) tr->step = (long)step;
+    json_decref(man);
+    return rc;
+}
