@@ -56,6 +56,9 @@ int al_config_init(al_config *c, al_err *err);
 void al_config_free(al_config *c);
 /* Parse an INI file over the current values. Errors: "FILE:LINE: ..." */
 int al_config_load(al_config *c, const char *path, al_err *err);
+/* Set one key from text (validated as a file's value would be). */
+int al_config_set(al_config *c, const char *section, const char *key, const char *value,
+                  al_err *err);
 /* Set one key from "section.key=value" (command-line overrides). */
 int al_config_set_arg(al_config *c, const char *assignment, al_err *err);
 /* Canonical "section.key = value" lines, every key, table order (malloc'd). */

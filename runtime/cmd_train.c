@@ -128,15 +128,12 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     }
     optind = 1;
     while ((ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        char buf[600];
         if (ch == 's') rc = al_config_set_arg(&r.cfg, optarg, err);
-        else if (ch == 'n') {
-            snprintf(buf, sizeof buf, "inner.steps=%s", optarg);
-            rc = al_config_set_arg(&r.cfg, buf, err);
-        } else if (ch == 't') {
-            snprintf(buf, sizeof buf, "inner.threads=%s", optarg);
-            rc = al_config_set_arg(&r.cfg, buf, err);
-        } else if (ch == 'r')
+        else if (ch == 'n' && (rc = al_config_set(&r.cfg, "inner", "steps", optarg, err)))
+            al_err_prefix(err, "--steps");
+        else if (ch == 't' && (rc = al_config_set(&r.cfg, "inner", "threads", optarg, err)))
+            al_err_prefix(err, "--threads");
+        else if (ch == 'r')
             resume = optarg;
         if (rc) goto out;
     }

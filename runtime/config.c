@@ -170,6 +170,16 @@ int al_config_load(al_config *c, const char *path, al_err *err) {
                    line);
 }
 
+int al_config_set(al_config *c, const char *section, const char *key, const char *value,
+                  al_err *err) {
+    int known;
+    const keydesc *k = find_key(section, key, &known);
+    if (!k)
+        return al_errf(err, AL_ECONFIG, "unknown %s [%s] %s", known ? "key" : "section", section,
+                       key);
+    return set_value(c, k, value, err);
+}
+
 int al_config_set_arg(al_config *c, const char *a, al_err *err) {
     const char *dot = strchr(a, '.'), *eq = strchr(a, '=');
     if (!dot || !eq || dot > eq)
@@ -179,12 +189,7 @@ int al_config_set_arg(al_config *c, const char *a, al_err *err) {
         return al_errf(err, AL_ECONFIG, "--set '%s': name too long", a);
     snprintf(section, sizeof section, "%.*s", (int)(dot - a), a);
     snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
-    int known;
-    const keydesc *k = find_key(section, key, &known);
-    if (!k)
-        return al_errf(err, AL_ECONFIG, "--set: unknown %s [%s] %s", known ? "key" : "section",
-                       section, key);
-    int rc = set_value(c, k, eq + 1, err);
+    int rc = al_config_set(c, section, key, eq + 1, err);
     return rc ? al_err_prefix(err, "--set") : 0;
 }
 

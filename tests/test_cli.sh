@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# test_cli.sh AUTOLOCO -- the command line on bad input: every case must end
+# with exit status 1 (2 for usage), exactly one line on stderr that starts with
+# "autoloco: error:" and names the problem, and no crash (no signal, no
+# sanitizer report). Then a short real run: data prep, train, resume.
+set -u
+bin=${1:?usage: test_cli.sh path/to/autoloco}
+tmp=$(mktemp -d /tmp/al-test-cli.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+# expect STATUS PATTERN -- ARGS...: run autoloco, check status and stderr
+expect() {
+    local want=$1 pat=$2
+    shift 3
+    local err rc
+    err=$("$bin" "$@" 2>&1 >/dev/null)
+    rc=$?
+    local lines
+    lines=$(printf '%s\n' "$err" | grep -c .)
+    if [[ $rc -ne $want ]]; then
+        echo "FAIL: autoloco $* -> exit $rc, want $want; stderr: $err"
+        fail=$((fail + 1))
+    elif [[ $want -eq 1 && ($lines -ne 1 || ! $err =~ ^autoloco:\ error:) ]]; then
+        echo "FAIL: autoloco $* -> not one error line: $err"
+        fail=$((fail + 1))
+    elif ! grep -qiE -- "$pat" <<<"$err"; then
+        echo "FAIL: autoloco $* -> stderr lacks /$pat/: $err"
+        fail=$((fail + 1))
+    else
+        echo "ok: autoloco $* -> $rc: $(head -c 160 <<<"$err")"
+        pass=$((pass + 1))
+    fi
+}
+
+# a small corpus
+mkdir -p "$tmp/in"
+for i in $(seq 1 200); do
+    printf 'fortune number %d says: the quick brown fox %d\n%%\n' "$i" $((i * 7))
+done >"$tmp/in/fort"
+"$bin" data prep --format fortune -o "$tmp/data" "$tmp/in" >/dev/null || {
+    echo "FAIL: data prep"
+    exit 1
+}
+common=(--set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin"
+    --set checkpoint.dir="$tmp/ck" --set model.preset=tiny --set inner.batch=2 --set inner.seq=32)
+
+# token files
+expect 1 "missing.bin.*cannot open" -- train "${common[@]}" --set data.train="$tmp/missing.bin"
+head -c 1500 "$tmp/data/train.bin" >"$tmp/trunc.bin"
+expect 1 "trunc.bin.*truncated" -- train "${common[@]}" --set data.train="$tmp/trunc.bin"
+cp "$tmp/data/train.bin" "$tmp/magic.bin"
+printf '\x01\x02\x03\x04' | dd of="$tmp/magic.bin" conv=notrunc status=none
+expect 1 "magic.bin.*wrong magic" -- train "${common[@]}" --set data.train="$tmp/magic.bin"
+expect 1 "vocabulary 257.*expects 50257" -- train "${common[@]}" --set model.preset=gpt2-124m --set inner.seq=32
+# presets and config
+expect 1 "preset.*'huge' is not one of" -- train "${common[@]}" --set model.preset=huge
+printf '[inner]\nsteps = 10\nlr = fast\n' >"$tmp/bad.ini"
+expect 1 "bad.ini:3: \[inner\] lr: 'fast' is not a number" -- train -c "$tmp/bad.ini"
+printf '[inner]\nstepz = 10\n' >"$tmp/bad2.ini"
+expect 1 "bad2.ini:2: \[inner\] stepz: unknown key" -- train -c "$tmp/bad2.ini"
+expect 1 "missing.ini: cannot open" -- train -c "$tmp/missing.ini"
+expect 1 "^autoloco: error: --steps: \[inner\] steps: 'ten' is not an integer" -- train "${common[@]}" --steps ten
+expect 1 "seq: 64 exceeds" -- train "${common[@]}" --set inner.seq=64
+# checkpoints
+touch "$tmp/afile"
+expect 1 "checkpoint.*afile" -- train "${common[@]}" --set checkpoint.dir="$tmp/afile/ck"
+expect 1 "no checkpoint" -- train "${common[@]}" --resume "$tmp"
+# usage errors
+expect 2 "usage" -- train --bogus
+expect 2 "unknown command" -- frobnicate
+expect 1 "unknown benchmark" -- bench nothing
+expect 1 "unknown input format" -- data prep --format xml -o "$tmp/x" "$tmp/in"
+expect 1 "does not exist" -- data prep --format text -o "$tmp/x" "$tmp/nothing"
+
+# a real short run, then resume from its checkpoint
+if out=$("$bin" train "${common[@]}" --steps 6 --set inner.log_every=3 2>&1) &&
+    grep -q "step      6/6" <<<"$out" && grep -q "val loss" <<<"$out" &&
+    [[ -f "$tmp/ck/step-00000006/manifest.json" ]]; then
+    echo "ok: train 6 steps wrote $tmp/ck/step-00000006"
+    pass=$((pass + 1))
+else
+    echo "FAIL: train run: $out"
+    fail=$((fail + 1))
+fi
+if out=$("$bin" train "${common[@]}" --steps 9 --set inner.log_every=3 --resume "$tmp/ck" 2>&1) &&
+    grep -q "resumed from .*step-00000006 at step 6" <<<"$out" && grep -q "step      9/9" <<<"$out"; then
+    echo "ok: resume continued to step 9"
+    pass=$((pass + 1))
+else
+    echo "FAIL: resume: $out"
+    fail=$((fail + 1))
+fi
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
