@@ -47,7 +47,8 @@ typedef struct al_trainer {
     long step;    /* steps done */
 } al_trainer;
 
-/* Build a trainer over loaded token files (val may be NULL: no evaluation). The
+/* Build a trainer over loaded token files (val may be NULL: no evaluation;
+ * train may be NULL: batches come from the caller via al_trainer_step_batches). The
  * trainer keeps pointers to them: they must outlive it. Weights are initialised
  * from o->seed. */
 int al_trainer_init(al_trainer *tr, const al_model_config *cfg, const al_train_opts *o,
@@ -56,6 +57,9 @@ void al_trainer_free(al_trainer *tr);
 /* One optimizer step. AL_ENUMERIC if the loss or gradient is not finite (the
  * parameters are left as they were before the step). */
 int al_trainer_step(al_trainer *tr, al_step_stats *st, al_err *err);
+/* One optimizer step over caller-provided microbatches (each batch x seq). */
+int al_trainer_step_batches(al_trainer *tr, const al_batch *mbs, int n, al_step_stats *st,
+                            al_err *err);
 /* Mean loss over the first `batches` microbatches of the validation split (the
  * same ones every time). */
 int al_trainer_eval(al_trainer *tr, int batches, double *loss, al_err *err);

@@ -172,7 +172,7 @@ static int prep_input(docs *d, const char *path, al_text_format fmt, size_t *fil
         names[nn++] = strdup(full);
     }
     closedir(dir);
-    if (rc == 0) qsort(names, nn, sizeof *names, cmp_str);
+    if (rc == 0 && nn > 1) qsort(names, nn, sizeof *names, cmp_str);
     for (size_t i = 0; i < nn; i++) {
         if (rc == 0) {
             (*files)++;

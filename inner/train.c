@@ -40,10 +40,10 @@ int al_trainer_init(al_trainer *tr, const al_model_config *cfg, const al_train_o
     if (tr->o.seq == 0) tr->o.seq = cfg->T;
     if (tr->o.batch < 1 || tr->o.accum < 1 || tr->o.steps < 1 || tr->o.warmup < 0)
         return al_errf(err, AL_EINVAL, "trainer: batch, accum and steps must be >= 1");
-    int rc = al_tokens_check_vocab(train, cfg, err);
+    int rc = train ? al_tokens_check_vocab(train, cfg, err) : 0;
     if (rc == 0 && val) rc = al_tokens_check_vocab(val, cfg, err);
     if (rc) return rc;
-    if (tr->o.packing == AL_PACK_STREAM && train->n < (size_t)tr->o.seq + 1)
+    if (train && tr->o.packing == AL_PACK_STREAM && train->n < (size_t)tr->o.seq + 1)
         return al_errf(err, AL_EFORMAT, "%s: %zu tokens, fewer than one row of %d", train->path,
                        train->n, tr->o.seq + 1);
     rc = al_model_init(&tr->model, cfg, tr->o.batch, tr->o.seq, err);
@@ -59,7 +59,7 @@ int al_trainer_init(al_trainer *tr, const al_model_config *cfg, const al_train_o
     }
     for (int i = 0; i < tr->o.accum && rc == 0; i++)
         rc = al_batch_init(&tr->mb[i], tr->o.batch, tr->o.seq, err);
-    if (rc == 0) rc = al_loader_init(&tr->train, train, tr->o.packing, 1, tr->o.seed, err);
+    if (rc == 0 && train) rc = al_loader_init(&tr->train, train, tr->o.packing, 1, tr->o.seed, err);
     if (rc == 0 && val) rc = al_loader_init(&tr->val, val, tr->o.packing, 0, 0, err);
     if (rc) al_trainer_free(tr);
     return rc;
@@ -78,20 +78,24 @@ void al_trainer_free(al_trainer *tr) {
 }
 
 int al_trainer_step(al_trainer *tr, al_step_stats *st, al_err *err) {
+    if (!tr->train.data) return al_errf(err, AL_EINVAL, "trainer: no training data loaded");
+    for (int i = 0; i < tr->o.accum; i++) al_loader_next(&tr->train, &tr->mb[i]);
+    return al_trainer_step_batches(tr, tr->mb, tr->o.accum, st, err);
+}
+
+int al_trainer_step_batches(al_trainer *tr, const al_batch *mbs, int n, al_step_stats *st,
+                            al_err *err) {
     double t0 = al_now();
     al_model *m = &tr->model;
     long ntargets = 0;
-    for (int i = 0; i < tr->o.accum; i++) {
-        al_loader_next(&tr->train, &tr->mb[i]);
-        ntargets += tr->mb[i].ntargets;
-    }
+    for (int i = 0; i < n; i++) ntargets += mbs[i].ntargets;
     if (ntargets == 0) return al_errf(err, AL_EFORMAT, "step %ld: no target tokens", tr->step);
     al_model_zero_grad(m);
     double loss = 0;
     float scale = (float)(1.0 / (double)ntargets);
-    for (int i = 0; i < tr->o.accum; i++) {
-        loss += al_model_forward(m, &tr->mb[i]);
-        al_model_backward(m, &tr->mb[i], scale);
+    for (int i = 0; i < n; i++) {
+        loss += al_model_forward(m, &mbs[i]);
+        al_model_backward(m, &mbs[i], scale);
     }
     loss /= (double)ntargets;
     size_t P = m->lay.nparams;

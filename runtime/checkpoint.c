@@ -151,7 +151,7 @@ static int list_steps(const char *root, long **steps, size_t *n, al_err *err) {
         (*steps)[(*n)++] = s;
     }
     closedir(d);
-    qsort(*steps, *n, sizeof(long), cmp_long_desc);
+    if (*n > 1) qsort(*steps, *n, sizeof(long), cmp_long_desc);
     return 0;
 }
 

@@ -73,6 +73,12 @@ expect 2 "unknown command" -- frobnicate
 expect 1 "unknown benchmark" -- bench nothing
 expect 1 "unknown input format" -- data prep --format xml -o "$tmp/x" "$tmp/in"
 expect 1 "does not exist" -- data prep --format text -o "$tmp/x" "$tmp/nothing"
+mkdir -p "$tmp/empty"
+expect 1 "found 0 documents" -- data prep --format text -o "$tmp/x" "$tmp/empty"
+printf '{"text": "a"}\n{"txt": 1}\n' >"$tmp/bad.jsonl"
+expect 1 "bad.jsonl:2: no string field" -- data prep --format jsonl -o "$tmp/x" "$tmp/bad.jsonl"
+printf '{"text": "a"}\n{"text": \n' >"$tmp/bad2.jsonl"
+expect 1 "bad2.jsonl:2: bad JSON" -- data prep --format jsonl -o "$tmp/x" "$tmp/bad2.jsonl"
 
 # a real short run, then resume from its checkpoint
 if out=$("$bin" train "${common[@]}" --steps 6 --set inner.log_every=3 2>&1) &&

@@ -350,11 +350,48 @@ static void test_bad_checkpoints(void **state) {
     al_tokens_free(&va_tok);
 }
 
+/* Each format splits into the documents it should, and tokens are the bytes. */
+static void test_prep_formats(void **state) {
+    (void)state;
+    al_err err = {0};
+    char in[512], out[512], bin[600];
+    const char *inputs[1] = {in};
+    al_prep_stats st;
+    struct {
+        al_text_format fmt;
+        const char *text;
+        size_t docs, bytes;
+    } cases[] = {
+        {AL_FMT_FORTUNE, "first\n%\nsecond one\nline 2\n%\n\n%\nthird\n", 3, 5 + 17 + 5},
+        {AL_FMT_TEXT, "para one\nstill one\n\n\npara two\n  \npara three", 3, 18 + 8 + 10},
+        {AL_FMT_JSONL, "{\"text\": \"x\\ny\"}\n\n{\"text\": \"zz\", \"id\": 3}\n{\"text\": \"w\"}\n",
+         3, 3 + 2 + 1},
+    };
+    for (size_t i = 0; i < AL_ARRAY_LEN(cases); i++) {
+        path_of(in, "prep-input");
+        write_bytes(in, cases[i].text, strlen(cases[i].text));
+        path_of(out, "prep-out");
+        assert_int_equal(al_data_prep(inputs, 1, cases[i].fmt, out, 0.5, 2, &st, &err), 0);
+        assert_int_equal(st.docs, cases[i].docs);
+        /* every document: EOT + its bytes; plus one final EOT per split */
+        assert_int_equal(st.train_tokens + st.val_tokens, cases[i].bytes + cases[i].docs + 2);
+        al_tokens t;
+        snprintf(bin, sizeof bin, "%s/train.bin", out);
+        assert_int_equal(al_tokens_load(&t, bin, &err), 0);
+        assert_int_equal(t.ndocs, st.train_docs);
+        assert_int_equal(t.vocab, AL_BYTE_VOCAB);
+        assert_int_equal(t.tok[0], AL_BYTE_EOT);
+        assert_int_equal(t.tok[t.n - 1], AL_BYTE_EOT);
+        al_tokens_free(&t);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_loader_packing),      cmocka_unit_test(test_resume_bit_identical),
         cmocka_unit_test(test_training_reduces_loss), cmocka_unit_test(test_bad_token_files),
         cmocka_unit_test(test_bad_config),          cmocka_unit_test(test_bad_checkpoints),
+        cmocka_unit_test(test_prep_formats),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
