@@ -61,7 +61,8 @@ int al_trainer_step(al_trainer *tr, al_step_stats *st, al_err *err);
 int al_trainer_step_batches(al_trainer *tr, const al_batch *mbs, int n, al_step_stats *st,
                             al_err *err);
 /* Mean loss over the first `batches` microbatches of the validation split (the
- * same ones every time). */
+ * same ones every time, in file order); batches <= 0: every full microbatch the
+ * split holds (all of it but the remainder of one microbatch). */
 int al_trainer_eval(al_trainer *tr, int batches, double *loss, al_err *err);
 
 #endif

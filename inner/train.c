@@ -131,6 +131,11 @@ int al_trainer_eval(al_trainer *tr, int batches, double *loss, al_err *err) {
     double sum = 0;
     long n = 0;
     al_batch *b = &tr->mb[0];
+    if (batches <= 0) { /* every full batch of the split, in file order */
+        size_t positions = tr->val.data->n - 1, per = (size_t)b->B * (size_t)b->T;
+        batches = (int)(positions / per);
+        if (batches < 1) batches = 1;
+    }
     for (int i = 0; i < batches; i++) {
         al_loader_next(&tr->val, b);
         sum += al_model_forward(&tr->model, b);

@@ -35,7 +35,8 @@
     X(inner, seed, INT, 1337, 0, 1L << 62, "seed for initialisation and data order")              \
     X(inner, threads, INT, 0, 0, 1024, "threads for kernels and OpenBLAS (0 = all cores)")        \
     X(inner, eval_every, INT, 100, 0, 1L << 40, "evaluate every N steps (0 = only at the end)")   \
-    X(inner, eval_batches, INT, 8, 1, 1 << 20, "validation microbatches per evaluation")          \
+    X(inner, eval_batches, INT, 0, 0, 1 << 20,                                                     \
+      "validation microbatches per evaluation (0 = the whole split)")                              \
     X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")              \
     X(checkpoint, dir, STR, "runs/train", NULL, 0, "checkpoint folder")                            \
     X(checkpoint, every, INT, 0, 0, 1L << 40, "save every N steps (0 = only at the end)")         \
