@@ -47,8 +47,7 @@ int al_site_stats_check(const al_site_stats *s, al_err *err) {
     CHECK_NONNEG(who, s, lr_last);
     CHECK_NONNEG(who, s, tokens);
     CHECK_NONNEG(who, s, compute_s);
-    if (!(s->lr_sum > 0))
-        return al_errf(err, AL_EINVAL, "%s: 'lr_sum' is %g, must be > 0", who, s->lr_sum);
+    CHECK_NONNEG(who, s, lr_sum); /* 0 is possible (lr 0); the corrected step refuses it */
     return 0;
 }
 
@@ -75,8 +74,7 @@ int al_round_stats_check(const al_round_stats *s, al_err *err) {
     CHECK_NONNEG(who, s, lr_last);
     CHECK_NONNEG(who, s, tokens);
     CHECK_NONNEG(who, s, compute_s);
-    if (!(s->lr_sum > 0))
-        return al_errf(err, AL_EINVAL, "%s: 'lr_sum' is %g, must be > 0", who, s->lr_sum);
+    CHECK_NONNEG(who, s, lr_sum); /* 0 is possible (lr 0); the corrected step refuses it */
     return 0;
 }
 
