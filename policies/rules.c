@@ -25,7 +25,13 @@ static int fixed_next(al_policy *p, const al_round_stats *s, double *h, al_err *
     return fixed_start(p, h, err);
 }
 
-const al_policy_ops al_policy_fixed = {"fixed", fixed_params, 1, NULL, 0, fixed_start, fixed_next};
+const al_policy_ops al_policy_fixed = {.name = "fixed",
+                                       .params = fixed_params,
+                                       .n_params = (int)AL_ARRAY_LEN(fixed_params),
+                                       .state = NULL,
+                                       .n_state = 0,
+                                       .start = fixed_start,
+                                       .next = fixed_next};
 
 /* ---- adacomm: H = ⌈sqrt(L_r/L_0 · η_0/η_r) · H_base⌉ ----------------------------------
  * Wang & Joshi (arXiv 1810.08313): communicate rarely while the loss is high
@@ -66,8 +72,13 @@ static int ada_next(al_policy *p, const al_round_stats *s, double *h, al_err *er
     return 0;
 }
 
-const al_policy_ops al_policy_adacomm = {"adacomm", ada_params, 2,       ada_state,
-                                         2,         ada_start,  ada_next};
+const al_policy_ops al_policy_adacomm = {.name = "adacomm",
+                                         .params = ada_params,
+                                         .n_params = (int)AL_ARRAY_LEN(ada_params),
+                                         .state = ada_state,
+                                         .n_state = (int)AL_ARRAY_LEN(ada_state),
+                                         .start = ada_start,
+                                         .next = ada_next};
 
 /* ---- qsr: H = max(H_base, ⌊(a/η_r)²⌋) ------------------------------------------------
  * Gu et al. (arXiv 2310.14423), the quadratic synchronization rule: as the lr
@@ -107,7 +118,13 @@ static int qsr_next(al_policy *p, const al_round_stats *s, double *h, al_err *er
     return 0;
 }
 
-const al_policy_ops al_policy_qsr = {"qsr", qsr_params, 1, qsr_state, 1, qsr_start, qsr_next};
+const al_policy_ops al_policy_qsr = {.name = "qsr",
+                                     .params = qsr_params,
+                                     .n_params = (int)AL_ARRAY_LEN(qsr_params),
+                                     .state = qsr_state,
+                                     .n_state = (int)AL_ARRAY_LEN(qsr_state),
+                                     .start = qsr_start,
+                                     .next = qsr_next};
 
 /* ---- autoloco: H by the coherence of the sites' progress ------------------------------
  * The rule, per round (docs/outer.md explains why):
@@ -124,11 +141,24 @@ const al_policy_ops al_policy_qsr = {"qsr", qsr_params, 1, qsr_state, 1, qsr_sta
  *     signal < EMA·(1 − drop): coherence fell        → H ×shrink
  *     signal ≥ c_min                                 → H ×grow
  *     otherwise                                      → hold
- *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number (so
- *   gentle factors compound) clipped to [h_min, h_max], and rounded. */
+ *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number hc (so
+ *   gentle factors compound) clipped to [h_min, h_max]. Optionally (lr_power
+ *   p > 0) the interval returned is hc·(η_max/η_r)^p, η_max the largest η_r
+ *   seen: QSR's observation that a decayed lr tolerates longer intervals. The
+ *   result is rounded half away from zero. */
 
-enum { AL_GROW = P_OWN, AL_SHRINK, AL_EMA, AL_WARMUP, AL_CMIN, AL_DROP, AL_SPIKE, AL_NORM };
-enum { AL_S_HC = S_OWN, AL_S_EMA, AL_S_PREV, AL_S_SIGNAL, AL_S_FACTOR };
+enum {
+    AL_GROW = P_OWN,
+    AL_SHRINK,
+    AL_EMA,
+    AL_WARMUP,
+    AL_CMIN,
+    AL_DROP,
+    AL_SPIKE,
+    AL_NORM,
+    AL_LRPOW
+};
+enum { AL_S_HC = S_OWN, AL_S_EMA, AL_S_PREV, AL_S_SIGNAL, AL_S_FACTOR, AL_S_LRMAX };
 static const al_pparam auto_params[] = {
     {"grow", AL_P_REAL, 1.25, 1, 10, "factor on H when the sites move coherently"},
     {"shrink", AL_P_REAL, 0.7, 0.01, 1, "factor on H on a loss spike or falling coherence"},
@@ -138,8 +168,12 @@ static const al_pparam auto_params[] = {
     {"drop", AL_P_REAL, 0.2, 0, 1, "relative fall of coherence below its EMA that shrinks H"},
     {"spike", AL_P_REAL, 0.02, 0, 10, "relative rise of the loss that counts as a spike"},
     {"normalize", AL_P_BOOL, 1, 0, 1, "refer coherence to an h_base interval"},
+    {"lr_power", AL_P_REAL, 0, 0, 4, "H = hc*(eta_max/eta_r)^lr_power (0: off; 2: like qsr)"},
 };
-static const char *const auto_state[] = {"hc", "ema", "prev_loss", "signal", "factor"};
+_Static_assert(P_OWN + AL_ARRAY_LEN(auto_params) <= AL_POLICY_MAXP, "too many settings");
+static const char *const auto_state[] = {"hc", "ema", "prev_loss", "signal", "factor", "lr_max"};
+
+_Static_assert(S_OWN + AL_ARRAY_LEN(auto_state) <= AL_POLICY_MAXP, "too much state");
 
 /* c referred to an interval of H_base constant-lr steps (see above). */
 static double coherence_ref(double c, const al_round_stats *s, double h_base) {
@@ -158,6 +192,7 @@ static int auto_start(al_policy *p, double *h, al_err *err) {
     p->st[AL_S_PREV] = 0;
     p->st[AL_S_SIGNAL] = -1;
     p->st[AL_S_FACTOR] = 1;
+    p->st[AL_S_LRMAX] = 0;
     *h = p->h_base;
     return 0;
 }
@@ -192,9 +227,18 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
     st[AL_S_PREV] = s->loss;
     st[AL_S_SIGNAL] = sig;
     st[AL_S_FACTOR] = f;
-    *h = round(st[AL_S_HC]);
+    st[AL_S_LRMAX] = fmax(st[AL_S_LRMAX], s->lr_last);
+    double hl = st[AL_S_HC];
+    if (a[AL_LRPOW] > 0) /* optional QSR-like lengthening as the lr decays */
+        hl = s->lr_last > 0 ? hl * pow(st[AL_S_LRMAX] / s->lr_last, a[AL_LRPOW]) : INFINITY;
+    *h = round(fmin(p->h_max, hl));
     return 0;
 }
 
-const al_policy_ops al_policy_autoloco = {"autoloco", auto_params, 8,        auto_state,
-                                          5,          auto_start,  auto_next};
+const al_policy_ops al_policy_autoloco = {.name = "autoloco",
+                                          .params = auto_params,
+                                          .n_params = (int)AL_ARRAY_LEN(auto_params),
+                                          .state = auto_state,
+                                          .n_state = (int)AL_ARRAY_LEN(auto_state),
+                                          .start = auto_start,
+                                          .next = auto_next};

@@ -209,6 +209,25 @@ static void test_autoloco_normalized(void **state) {
     al_policy_free(p);
 }
 
+/* lr_power 2 on top of the exact settings above (warmup 1):
+ *  r0 η 0.25 (η_max 0.25), hold: hc 40, H = 40·1 = 40
+ *  r1 η 0.125, c 0.5, grow: hc 50, H = 50·(0.25/0.125)² = 200
+ *  r2 η 0: H = h_max 320 (hc still moves: grow to 62.5)
+ *  r3 η 0.25, c 0.5, grow: hc 78.125, H = 78 */
+static void test_autoloco_lr_power(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", exact_auto);
+    al_err err = {0};
+    assert_int_equal(al_policy_set(p, "lr_power", "2", &err), 0);
+    assert_int_equal(start(p), 40);
+    assert_int_equal(next(p, rs(0, 4, 3.0, 0.625, 0.25, 40)), 40);
+    assert_int_equal(next(p, rs(1, 4, 2.9, 0.625, 0.125, 40)), 200);
+    assert_int_equal(next(p, rs(2, 4, 2.8, 0.625, 0.0, 200)), 320);
+    assert_true(state_of(p, "hc") == 62.5);
+    assert_int_equal(next(p, rs(3, 4, 2.7, 0.625, 0.25, 320)), 78);
+    al_policy_free(p);
+}
+
 /* Same statistics, same H: two instances, and a run interrupted by save/load. */
 static void test_deterministic_and_resume(void **state) {
     (void)state;
@@ -356,15 +375,11 @@ static void test_settings(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry),
-        cmocka_unit_test(test_fixed),
-        cmocka_unit_test(test_adacomm),
-        cmocka_unit_test(test_qsr),
-        cmocka_unit_test(test_autoloco_hand),
-        cmocka_unit_test(test_autoloco_normalized),
-        cmocka_unit_test(test_deterministic_and_resume),
-        cmocka_unit_test(test_refuses_nonfinite),
-        cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_registry),          cmocka_unit_test(test_fixed),
+        cmocka_unit_test(test_adacomm),           cmocka_unit_test(test_qsr),
+        cmocka_unit_test(test_autoloco_hand),     cmocka_unit_test(test_autoloco_normalized),
+        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_deterministic_and_resume),
+        cmocka_unit_test(test_refuses_nonfinite), cmocka_unit_test(test_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
