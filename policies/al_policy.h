@@ -1,0 +1,83 @@
+/*
+ * al_policy.h -- sync-interval policies (DESIGN.md §4): after every round, pick
+ * the number of inner steps H of the next interval from the round's scalar
+ * statistics. One interface, a registry by name:
+ *   fixed     H = h (DiLoCo)
+ *   adacomm   H = ⌈sqrt(L_r/L_0 · η_0/η_r) · H_base⌉      (Wang & Joshi 2018)
+ *   qsr       H = max(H_base, ⌊(a/η_r)²⌋)                  (Gu et al. 2023)
+ *   autoloco  H moved by the coherence of the sites' progress (docs/outer.md)
+ *
+ * A policy is a pure, deterministic state machine: the same settings, state
+ * and statistics give the same H on every site and every machine (every
+ * multiply-add is an explicit fma; no randomness, no clock, no I/O). Sites
+ * must never choose H alone: they feed the same round statistics, which every
+ * site receives, and compare the decision in the next handshake.
+ *
+ * Life cycle: al_policy_create(name) → al_policy_set(key, value)... (the
+ * [policy] config section) → al_policy_start (validates, returns H_1) or
+ * al_policy_load (a checkpoint's state) → al_policy_next_interval after each
+ * round. Settings cannot change after start.
+ *
+ * Settings every policy has: h_base (the DiLoCo interval, default 100),
+ * h_min (default 0 = max(1, h_base/4)), h_max (default 0 = 8·h_base).
+ * Every H returned is clipped to [h_min, h_max].
+ */
+#ifndef AL_POLICY_H
+#define AL_POLICY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "al_base.h"
+#include "al_outer.h" /* al_round_stats */
+
+typedef struct al_policy al_policy;
+
+/* Number of registered policies and their names ("fixed", "adacomm", ...). */
+size_t al_policy_count(void);
+const char *al_policy_name_at(size_t i);
+
+/* A policy by name with default settings. AL_ENOTFOUND lists the known names. */
+int al_policy_create(al_policy **out, const char *name, al_err *err);
+void al_policy_free(al_policy *p);
+const char *al_policy_name(const al_policy *p);
+
+/* Set one setting from its config text. AL_ECONFIG, naming the key, for a key
+ * this policy does not have (the message lists those it has), a value that
+ * does not parse or is out of range, or a policy already started. */
+int al_policy_set(al_policy *p, const char *key, const char *value, al_err *err);
+
+/* Convenience for a config loader: create from a section's n key/value pairs,
+ * in which `name` selects the policy (required) and the rest are settings. On
+ * error *bad (may be NULL) is the index of the pair at fault (or -1), so the
+ * loader can name its file and line; *out is NULL. */
+int al_policy_create_kv(al_policy **out, const char *const *keys, const char *const *values,
+                        size_t n, int *bad, al_err *err);
+
+/* Validate the settings as a whole (h_min <= h_base <= h_max, ...), reset the
+ * state, and return the first interval H_1. */
+int al_policy_start(al_policy *p, int64_t *h_first, al_err *err);
+
+/* The interval of the next round from the statistics of the round just done.
+ * Statistics are checked first (al_round_stats_check): NaN/Inf is refused with
+ * AL_ENUMERIC naming the field, and on any error the policy's state is left
+ * exactly as it was. */
+int al_policy_next_interval(al_policy *p, const al_round_stats *stats, int64_t *h, al_err *err);
+
+/* The H last returned (H_1 right after start). */
+int64_t al_policy_current(const al_policy *p);
+
+/* The resolved settings as "key=value" lines (name first), for logs, the
+ * run's manifest and its config hash. Returns the length it needs (like
+ * snprintf); writes at most cap bytes, NUL-terminated when cap > 0. */
+size_t al_policy_settings(const al_policy *p, char *buf, size_t cap);
+
+/* The state as "key=value" lines (doubles written exactly, as hex floats), for
+ * a checkpoint's manifest. Same return convention as al_policy_settings. */
+size_t al_policy_save(const al_policy *p, char *buf, size_t cap);
+/* Restore a state written by al_policy_save into a policy of the same name
+ * created with the run's settings (validated as by start). AL_EFORMAT naming
+ * the line for anything missing, unknown or unparsable; p untouched on error. */
+int al_policy_load(al_policy *p, const char *text, al_err *err);
+
+#endif

@@ -1,0 +1,244 @@
+/*
+ * rules.c -- the four interval rules. Each returns the next H before clipping
+ * to [h_min, h_max] (the generic code clips) and already rounded to an
+ * integer. Determinism: no bare product ever feeds an addition (those are
+ * explicit fma), so -ffp-contract=fast cannot change a decision.
+ */
+#include "policy_impl.h"
+
+#include <math.h>
+
+/* ---- fixed: H = h (DiLoCo) ---------------------------------------------------------- */
+
+enum { FIXED_H = P_OWN };
+static const al_pparam fixed_params[] = {
+    {"h", AL_P_INT, 0, 0, 1e9, "the interval (0: h_base)"},
+};
+
+static int fixed_start(al_policy *p, double *h, al_err *err) {
+    (void)err;
+    *h = p->par[FIXED_H] > 0 ? p->par[FIXED_H] : p->h_base;
+    return 0;
+}
+static int fixed_next(al_policy *p, const al_round_stats *s, double *h, al_err *err) {
+    (void)s;
+    return fixed_start(p, h, err);
+}
+
+const al_policy_ops al_policy_fixed = {.name = "fixed",
+                                       .params = fixed_params,
+                                       .n_params = (int)AL_ARRAY_LEN(fixed_params),
+                                       .state = NULL,
+                                       .n_state = 0,
+                                       .start = fixed_start,
+                                       .next = fixed_next};
+
+/* ---- adacomm: H = ⌈sqrt(L_r/L_0 · η_0/η_r) · H_base⌉ ----------------------------------
+ * Wang & Joshi (arXiv 1810.08313): communicate rarely while the loss is high
+ * (far from the optimum, local models drift in the same direction) and more
+ * often as it falls, scaled up again as the lr decays. L_0: the first round's
+ * mean loss unless set; η_0: the largest η_r seen (the peak after warmup)
+ * unless set. η_r = 0 (end of a schedule) gives h_max. */
+
+enum { ADA_L0 = P_OWN, ADA_LR0 };
+enum { ADA_S_L0 = S_OWN, ADA_S_LR0 };
+static const al_pparam ada_params[] = {
+    {"l0", AL_P_REAL, 0, 0, 1e30, "L_0 (0: the first round's loss)"},
+    {"lr0", AL_P_REAL, 0, 0, 1e30, "eta_0 (0: the largest eta_r seen)"},
+};
+static const char *const ada_state[] = {"l0", "lr0"};
+
+static int ada_start(al_policy *p, double *h, al_err *err) {
+    (void)err;
+    p->st[ADA_S_L0] = p->par[ADA_L0];
+    p->st[ADA_S_LR0] = p->par[ADA_LR0];
+    *h = p->h_base;
+    return 0;
+}
+
+static int ada_next(al_policy *p, const al_round_stats *s, double *h, al_err *err) {
+    if (p->st[ADA_S_L0] == 0) p->st[ADA_S_L0] = s->loss;
+    if (p->par[ADA_LR0] == 0) p->st[ADA_S_LR0] = fmax(p->st[ADA_S_LR0], s->lr_last);
+    double l0 = p->st[ADA_S_L0], lr0 = p->st[ADA_S_LR0];
+    if (!(l0 > 0))
+        return al_errf(err, AL_EINVAL, "policy adacomm: round %lld: L_0 = %g must be > 0",
+                       (long long)s->round, l0);
+    if (s->lr_last == 0) {
+        *h = INFINITY;
+        return 0;
+    }
+    double ratio = (s->loss / l0) * (lr0 / s->lr_last);
+    *h = ceil(sqrt(ratio) * p->h_base);
+    return 0;
+}
+
+const al_policy_ops al_policy_adacomm = {.name = "adacomm",
+                                         .params = ada_params,
+                                         .n_params = (int)AL_ARRAY_LEN(ada_params),
+                                         .state = ada_state,
+                                         .n_state = (int)AL_ARRAY_LEN(ada_state),
+                                         .start = ada_start,
+                                         .next = ada_next};
+
+/* ---- qsr: H = max(H_base, ⌊(a/η_r)²⌋) ------------------------------------------------
+ * Gu et al. (arXiv 2310.14423), the quadratic synchronization rule: as the lr
+ * decays, sync less often, H ∝ 1/η². With a unset, a = sqrt(H_base)·η_0 (η_0
+ * the largest η_r seen), i.e. H = ⌊H_base·(η_0/η_r)²⌋: H_base at the peak lr. */
+
+enum { QSR_A = P_OWN };
+enum { QSR_S_LR0 = S_OWN };
+static const al_pparam qsr_params[] = {
+    {"a", AL_P_REAL, 0, 0, 1e30, "the constant a (0: sqrt(h_base)*eta_0)"},
+};
+static const char *const qsr_state[] = {"lr0"};
+
+static int qsr_start(al_policy *p, double *h, al_err *err) {
+    (void)err;
+    p->st[QSR_S_LR0] = 0;
+    *h = p->h_base;
+    return 0;
+}
+
+static int qsr_next(al_policy *p, const al_round_stats *s, double *h, al_err *err) {
+    (void)err;
+    p->st[QSR_S_LR0] = fmax(p->st[QSR_S_LR0], s->lr_last);
+    if (s->lr_last == 0) {
+        *h = INFINITY;
+        return 0;
+    }
+    double q, hq;
+    if (p->par[QSR_A] > 0) {
+        q = p->par[QSR_A] / s->lr_last;
+        hq = floor(q * q);
+    } else {
+        q = p->st[QSR_S_LR0] / s->lr_last;
+        hq = floor(p->h_base * (q * q));
+    }
+    *h = fmax(p->h_base, hq);
+    return 0;
+}
+
+const al_policy_ops al_policy_qsr = {.name = "qsr",
+                                     .params = qsr_params,
+                                     .n_params = (int)AL_ARRAY_LEN(qsr_params),
+                                     .state = qsr_state,
+                                     .n_state = (int)AL_ARRAY_LEN(qsr_state),
+                                     .start = qsr_start,
+                                     .next = qsr_next};
+
+/* ---- autoloco: H by the coherence of the sites' progress ------------------------------
+ * The rule, per round (docs/outer.md explains why):
+ *   c_r = (M·ρ_r − 1)/(M − 1), clamped to [0, 1]: the shared fraction of the moves.
+ *   With normalize, c_r is first referred to a DiLoCo interval: if each inner
+ *   step moves a site by η_t·(ḡ + noise), the shared part grows as S_r² and the
+ *   noise as Σ η_t², so the signal-to-noise ratio snr = c/(1 − c) grows with
+ *   H_eff = S_r²/Σ η_t²; snr_ref = snr·H_base/H_eff and
+ *   c_ref = snr_ref/(1 + snr_ref) does not grow just because H did.
+ *   Decision (the first that applies):
+ *     loss spike (L_r > L_{r−1}·(1 + spike))         → H ×shrink
+ *     the first `warmup` rounds                      → hold
+ *     M = 1 (nothing to be coherent with)            → H ×grow
+ *     signal < EMA·(1 − drop): coherence fell        → H ×shrink
+ *     signal ≥ c_min                                 → H ×grow
+ *     otherwise                                      → hold
+ *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number hc (so
+ *   gentle factors compound) clipped to [h_min, h_max]. Optionally (lr_power
+ *   p > 0) the interval returned is hc·(η_max/η_r)^p, η_max the largest η_r
+ *   seen: QSR's observation that a decayed lr tolerates longer intervals. The
+ *   result is rounded half away from zero. */
+
+enum {
+    AL_GROW = P_OWN,
+    AL_SHRINK,
+    AL_EMA,
+    AL_WARMUP,
+    AL_CMIN,
+    AL_DROP,
+    AL_SPIKE,
+    AL_NORM,
+    AL_LRPOW
+};
+enum { AL_S_HC = S_OWN, AL_S_EMA, AL_S_PREV, AL_S_SIGNAL, AL_S_FACTOR, AL_S_LRMAX };
+static const al_pparam auto_params[] = {
+    {"grow", AL_P_REAL, 1.25, 1, 10, "factor on H when the sites move coherently"},
+    {"shrink", AL_P_REAL, 0.7, 0.01, 1, "factor on H on a loss spike or falling coherence"},
+    {"ema", AL_P_REAL, 0.7, 0, 0.999, "weight of the old value in the coherence EMA"},
+    {"warmup", AL_P_INT, 2, 0, 1e6, "rounds at h_base before H moves"},
+    {"c_min", AL_P_REAL, 0.1, 0, 1, "coherence needed to grow"},
+    {"drop", AL_P_REAL, 0.2, 0, 1, "relative fall of coherence below its EMA that shrinks H"},
+    {"spike", AL_P_REAL, 0.02, 0, 10, "relative rise of the loss that counts as a spike"},
+    {"normalize", AL_P_BOOL, 1, 0, 1, "refer coherence to an h_base interval"},
+    {"lr_power", AL_P_REAL, 0, 0, 4, "H = hc*(eta_max/eta_r)^lr_power (0: off; 2: like qsr)"},
+};
+_Static_assert(P_OWN + AL_ARRAY_LEN(auto_params) <= AL_POLICY_MAXP, "too many settings");
+static const char *const auto_state[] = {"hc", "ema", "prev_loss", "signal", "factor", "lr_max"};
+
+_Static_assert(S_OWN + AL_ARRAY_LEN(auto_state) <= AL_POLICY_MAXP, "too much state");
+
+/* c referred to an interval of H_base constant-lr steps (see above). */
+static double coherence_ref(double c, const al_round_stats *s, double h_base) {
+    if (c >= 1) return 1;
+    if (c <= 0) return 0;
+    double snr = c / (1 - c);
+    double h_eff = s->lr_sq_sum > 0 ? (s->lr_sum * s->lr_sum) / s->lr_sq_sum : (double)s->steps;
+    double q = h_base / h_eff;
+    return (snr * q) / fma(snr, q, 1.0); /* snr_ref / (1 + snr_ref) */
+}
+
+static int auto_start(al_policy *p, double *h, al_err *err) {
+    (void)err;
+    p->st[AL_S_HC] = p->h_base;
+    p->st[AL_S_EMA] = -1; /* none yet */
+    p->st[AL_S_PREV] = 0;
+    p->st[AL_S_SIGNAL] = -1;
+    p->st[AL_S_FACTOR] = 1;
+    p->st[AL_S_LRMAX] = 0;
+    *h = p->h_base;
+    return 0;
+}
+
+static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *err) {
+    (void)err;
+    const double *a = p->par;
+    double *st = p->st;
+    double ema = st[AL_S_EMA], sig = -1;
+    if (s->n_sites >= 2 && s->delta_sq_mean > 0) {
+        double c;
+        al_coherence(s, NULL, &c, NULL); /* defined: M >= 2 and mean ‖Δ^m‖² > 0 */
+        c = fmin(1.0, fmax(0.0, c));
+        sig = a[AL_NORM] != 0 ? coherence_ref(c, s, p->h_base) : c;
+    }
+    bool spiked = st[S_ROUNDS] >= 1 && s->loss > st[AL_S_PREV] * (1 + a[AL_SPIKE]);
+    double f = 1;
+    if (spiked)
+        f = a[AL_SHRINK];
+    else if (st[S_ROUNDS] < a[AL_WARMUP])
+        f = 1;
+    else if (s->n_sites < 2)
+        f = a[AL_GROW];
+    else if (sig < 0)
+        f = 1; /* no movement at all: nothing to judge */
+    else if (ema >= 0 && sig < ema * (1 - a[AL_DROP]))
+        f = a[AL_SHRINK];
+    else if (sig >= a[AL_CMIN])
+        f = a[AL_GROW];
+    if (sig >= 0) st[AL_S_EMA] = ema < 0 ? sig : fma(a[AL_EMA], ema, (1 - a[AL_EMA]) * sig);
+    st[AL_S_HC] = fmin(p->h_max, fmax(p->h_min, st[AL_S_HC] * f));
+    st[AL_S_PREV] = s->loss;
+    st[AL_S_SIGNAL] = sig;
+    st[AL_S_FACTOR] = f;
+    st[AL_S_LRMAX] = fmax(st[AL_S_LRMAX], s->lr_last);
+    double hl = st[AL_S_HC];
+    if (a[AL_LRPOW] > 0) /* optional QSR-like lengthening as the lr decays */
+        hl = s->lr_last > 0 ? hl * pow(st[AL_S_LRMAX] / s->lr_last, a[AL_LRPOW]) : INFINITY;
+    *h = round(fmin(p->h_max, hl));
+    return 0;
+}
+
+const al_policy_ops al_policy_autoloco = {.name = "autoloco",
+                                          .params = auto_params,
+                                          .n_params = (int)AL_ARRAY_LEN(auto_params),
+                                          .state = auto_state,
+                                          .n_state = (int)AL_ARRAY_LEN(auto_state),
+                                          .start = auto_start,
+                                          .next = auto_next};

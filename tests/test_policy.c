@@ -1,0 +1,385 @@
+/*
+ * test_policy.c -- each sync-interval policy's H sequence on scripted round
+ * statistics against hand-computed values, determinism (and across a
+ * save/load), refusal of NaN/Inf with the state untouched, and the settings
+ * interface (issue 5, "Done when" 2).
+ *
+ * Scripted numbers are chosen binary-exact (powers of two, c = 0.5, 0.25...)
+ * so that the hand computations in the comments are exact.
+ */
+#include "al_test.h"
+
+#include <string.h>
+
+#include "al_policy.h"
+
+/* Round statistics for M sites with coherence ratio ρ = ‖Δ̄‖²/mean‖Δ^m‖²:
+ * mean ‖Δ^m‖² = 1, ‖Δ̄‖² = ρ; H steps at a constant lr. */
+static al_round_stats rs(int64_t round, int m, double loss, double rho, double lr, int64_t steps) {
+    return (al_round_stats){.round = round,
+                            .n_sites = m,
+                            .steps = steps,
+                            .loss = loss,
+                            .grad_norm = 1,
+                            .delta_sq_mean = 1,
+                            .mean_delta_sq = rho,
+                            .lr_sum = lr * steps,
+                            .lr_sq_sum = lr * lr * steps,
+                            .lr_last = lr,
+                            .tokens = 1000,
+                            .compute_s = 1};
+}
+
+static al_policy *make(const char *name, const char *const *kv) {
+    al_policy *p;
+    al_err err = {0};
+    if (al_policy_create(&p, name, &err)) fail_msg("%s", err.msg);
+    for (; kv && kv[0]; kv += 2)
+        if (al_policy_set(p, kv[0], kv[1], &err)) fail_msg("%s", err.msg);
+    return p;
+}
+
+static int64_t start(al_policy *p) {
+    int64_t h;
+    al_err err = {0};
+    if (al_policy_start(p, &h, &err)) fail_msg("%s", err.msg);
+    return h;
+}
+
+static int64_t next(al_policy *p, al_round_stats s) {
+    int64_t h;
+    al_err err = {0};
+    if (al_policy_next_interval(p, &s, &h, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(h, al_policy_current(p));
+    return h;
+}
+
+/* A state variable from the policy's saved text (for diagnostics like the signal). */
+static double state_of(const al_policy *p, const char *key) {
+    char buf[1024], pat[64];
+    assert_true(al_policy_save(p, buf, sizeof buf) < sizeof buf);
+    snprintf(pat, sizeof pat, "\n%s=", key);
+    char *at = strstr(buf, pat);
+    assert_non_null(at);
+    return strtod(at + strlen(pat), NULL);
+}
+
+static void test_registry(void **state) {
+    (void)state;
+    const char *want[] = {"fixed", "adacomm", "qsr", "autoloco"};
+    assert_int_equal(al_policy_count(), 4);
+    for (size_t i = 0; i < 4; i++) assert_string_equal(al_policy_name_at(i), want[i]);
+    assert_null(al_policy_name_at(4));
+    al_policy *p;
+    al_err err = {0};
+    assert_int_equal(al_policy_create(&p, "diloco", &err), AL_ENOTFOUND);
+    assert_null(p);
+    assert_non_null(strstr(err.msg, "'diloco'"));
+}
+
+/* fixed: H = h, or h_base; clipped to h_max (auto 8·h_base). */
+static void test_fixed(void **state) {
+    (void)state;
+    al_policy *p = make("fixed", (const char *[]){"h_base", "40", NULL});
+    assert_int_equal(start(p), 40);
+    for (int r = 0; r < 5; r++)
+        assert_int_equal(next(p, rs(r, 4, 3.0 - 0.1 * r, 0.5, 1e-3, 40)), 40);
+    al_policy_free(p);
+    p = make("fixed", (const char *[]){"h_base", "40", "h", "80", NULL});
+    assert_int_equal(start(p), 80);
+    assert_int_equal(next(p, rs(0, 2, 3.0, 1.0, 1e-3, 80)), 80);
+    al_policy_free(p);
+    p = make("fixed", (const char *[]){"h_base", "40", "h", "500", NULL});
+    assert_int_equal(start(p), 320); /* h_max = 8·40 */
+    al_policy_free(p);
+}
+
+/* adacomm, h_base 40 (h_min auto 10, h_max auto 320), L_0 and η_0 learned:
+ *  r  loss  η_r     L_0  η_0   ratio = L/L_0 · η_0/η   H = ⌈sqrt(ratio)·40⌉
+ *  0  4     0.25    4    0.25  1                       40
+ *  1  1     0.25               0.25                    20
+ *  2  2     0.25               0.5                     ⌈28.28⌉ = 29
+ *  3  1     0.0625             0.25·4 = 1              40
+ *  4  0.25  0.25               1/16                    10
+ *  5  0.04  0.25               0.01                    ⌈4.0…⌉ → clipped to h_min 10
+ *  6  1     0                  η = 0                   h_max 320
+ *  7  4     0.5          0.5   1·(0.5/0.5) = 1         40 (η_0 follows the largest η) */
+static void test_adacomm(void **state) {
+    (void)state;
+    al_policy *p = make("adacomm", (const char *[]){"h_base", "40", NULL});
+    assert_int_equal(start(p), 40);
+    const double loss[] = {4, 1, 2, 1, 0.25, 0.04, 1, 4},
+                 lr[] = {0.25, 0.25, 0.25, 0.0625, 0.25, 0.25, 0, 0.5};
+    const int64_t want[] = {40, 20, 29, 40, 10, 10, 320, 40};
+    for (int r = 0; r < 8; r++)
+        assert_int_equal(next(p, rs(r, 4, loss[r], 0.5, lr[r], 40)), want[r]);
+    al_policy_free(p);
+    /* set L_0 = 8, η_0 = 0.5: loss 2 at η 0.25 → ratio (2/8)·(0.5/0.25) = 0.5 → 29 */
+    p = make("adacomm", (const char *[]){"h_base", "40", "l0", "8", "lr0", "0.5", NULL});
+    start(p);
+    assert_int_equal(next(p, rs(0, 4, 2, 0.5, 0.25, 40)), 29);
+    assert_int_equal(next(p, rs(1, 4, 2, 0.5, 1.0, 40)), 15); /* η_0 fixed: ratio 1/8, ⌈14.14⌉ */
+    al_policy_free(p);
+}
+
+/* qsr, h_base 10, h_max 1000, a = 0.5: H = max(10, ⌊(0.5/η)²⌋)
+ *   η 0.0625 → 64; 0.125 → 16; 0.25 → 4 → 10; 0.03125 → 256; 2^-6 → 1024 → 1000; 0 → 1000
+ * default a (sqrt(h_base)·η_0): H = max(10, ⌊10·(η_0/η)²⌋), h_max auto 80:
+ *   η 0.25 (η_0 0.25) → 10; 0.125 → 40; 0.5 (η_0 0.5) → 10; 0.25 → 40; 0.0625 → 640 → 80 */
+static void test_qsr(void **state) {
+    (void)state;
+    al_policy *p = make("qsr", (const char *[]){"h_base", "10", "h_max", "1000", "a", "0.5", NULL});
+    assert_int_equal(start(p), 10);
+    const double lr[] = {0.0625, 0.125, 0.25, 0.03125, 0.015625, 0};
+    const int64_t want[] = {64, 16, 10, 256, 1000, 1000};
+    for (int r = 0; r < 6; r++) assert_int_equal(next(p, rs(r, 4, 3.0, 0.5, lr[r], 10)), want[r]);
+    al_policy_free(p);
+    p = make("qsr", (const char *[]){"h_base", "10", NULL});
+    assert_int_equal(start(p), 10);
+    const double lr2[] = {0.25, 0.125, 0.5, 0.25, 0.0625};
+    const int64_t want2[] = {10, 40, 10, 40, 80};
+    for (int r = 0; r < 5; r++) assert_int_equal(next(p, rs(r, 4, 3.0, 0.5, lr2[r], 10)), want2[r]);
+    al_policy_free(p);
+}
+
+/* autoloco with exact settings: h_base 40 (h_min 10, h_max 320), grow 1.25,
+ * shrink 0.75, ema 0.5, warmup 1, c_min 0.25, drop 0.25, spike 0.125, no
+ * normalisation. M = 4, c = (4ρ − 1)/3: ρ 0.625 → c 0.5; ρ 0.4375 → 0.25;
+ * ρ 1 → 1; ρ 0.25 → 0.
+ *  r  loss c     rule                                    hc            H   EMA after
+ *  0  3.0  0.5   warmup: hold                            40            40  0.5
+ *  1  2.9  0.5   0.5 ≥ 0.5·0.75, ≥ c_min: grow           50            50  0.5
+ *  2  2.8  0.5   grow                                    62.5          63  0.5
+ *  3  2.7  0.25  0.25 < 0.375: shrink                    46.875        47  0.375
+ *  4  2.6  0.25  0.25 < 0.28125: shrink                  35.15625      35  0.3125
+ *  5  2.6  0.25  0.25 ≥ 0.234375, ≥ c_min: grow          43.9453125    44  0.28125
+ *  6  3.0  1     spike (3.0 > 2.6·1.125): shrink         32.958984375  33  0.640625
+ *  7  2.9  0     0 < 0.48…: shrink                       24.719…       25  0.3203125
+ *  8  2.8  0     shrink                                  18.539…       19  0.16015625
+ *  9  2.7  0     shrink                                  13.904…       14  0.080078125
+ * 10  2.6  0     shrink                                  10.428…       10  0.0400390625
+ * 11  2.5  0     shrink, clipped to h_min                10            10  0.02001953125
+ * 12  2.4  1     grow                                    12.5          13  0.510009765625
+ * 13  2.3  M = 1: grow                                   15.625        16  (unchanged) */
+static const char *const exact_auto[] = {
+    "h_base", "40",   "grow", "1.25", "shrink", "0.75",  "ema",       "0.5",   "warmup", "1",
+    "c_min",  "0.25", "drop", "0.25", "spike",  "0.125", "normalize", "false", NULL};
+static const double a_loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.6, 3.0,
+                                2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3};
+static const double a_rho[] = {0.625, 0.625, 0.625, 0.4375, 0.4375, 0.4375, 1,
+                               0.25,  0.25,  0.25,  0.25,   0.25,   1,      1};
+static const int64_t a_want[] = {40, 50, 63, 47, 35, 44, 33, 25, 19, 14, 10, 10, 13, 16};
+enum { A_ROUNDS = 14 };
+
+static al_round_stats a_stats(int r) {
+    return rs(r, r == 13 ? 1 : 4, a_loss[r], a_rho[r], 0.25, a_want[r > 0 ? r - 1 : 0]);
+}
+
+static void test_autoloco_hand(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", exact_auto);
+    assert_int_equal(start(p), 40);
+    const double ema_after[] = {0.5, 0.5, 0.5, 0.375, 0.3125, 0.28125, 0.640625};
+    for (int r = 0; r < A_ROUNDS; r++) {
+        assert_int_equal(next(p, a_stats(r)), a_want[r]);
+        if (r < 7) assert_true(state_of(p, "ema") == ema_after[r]);
+    }
+    assert_true(state_of(p, "ema") == 0.510009765625);
+    /* sustained full coherence grows to h_max and stays there */
+    int64_t h = 0;
+    for (int r = A_ROUNDS; r < A_ROUNDS + 40; r++) h = next(p, rs(r, 4, 2.0, 1.0, 0.25, 40));
+    assert_int_equal(h, 320);
+    al_policy_free(p);
+}
+
+/* Normalisation: with c = 0.5 over H_eff = S²/Ση² = 80 steps (η 0.25: S = 20,
+ * Ση² = 5), snr = 1 is referred to 40 steps: snr_ref = 0.5, c_ref = 1/3.
+ * Over 40 steps c_ref = c = 0.5. A c that rises with H only because the signal
+ * accumulates (snr = H/40: c = 2/3 at H = 80, ρ = 0.75) gives c_ref = 0.5. */
+static void test_autoloco_normalized(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", (const char *[]){"h_base", "40", NULL});
+    start(p);
+    next(p, rs(0, 4, 3.0, 0.625, 0.25, 80));
+    assert_true(fabs(state_of(p, "signal") - 1.0 / 3.0) < 1e-15);
+    next(p, rs(1, 4, 3.0, 0.625, 0.25, 40));
+    assert_true(state_of(p, "signal") == 0.5);
+    next(p, rs(2, 4, 3.0, 0.75, 0.25, 80));
+    assert_true(fabs(state_of(p, "signal") - 0.5) < 1e-15);
+    al_policy_free(p);
+}
+
+/* lr_power 2 on top of the exact settings above (warmup 1):
+ *  r0 η 0.25 (η_max 0.25), hold: hc 40, H = 40·1 = 40
+ *  r1 η 0.125, c 0.5, grow: hc 50, H = 50·(0.25/0.125)² = 200
+ *  r2 η 0: H = h_max 320 (hc still moves: grow to 62.5)
+ *  r3 η 0.25, c 0.5, grow: hc 78.125, H = 78 */
+static void test_autoloco_lr_power(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", exact_auto);
+    al_err err = {0};
+    assert_int_equal(al_policy_set(p, "lr_power", "2", &err), 0);
+    assert_int_equal(start(p), 40);
+    assert_int_equal(next(p, rs(0, 4, 3.0, 0.625, 0.25, 40)), 40);
+    assert_int_equal(next(p, rs(1, 4, 2.9, 0.625, 0.125, 40)), 200);
+    assert_int_equal(next(p, rs(2, 4, 2.8, 0.625, 0.0, 200)), 320);
+    assert_true(state_of(p, "hc") == 62.5);
+    assert_int_equal(next(p, rs(3, 4, 2.7, 0.625, 0.25, 320)), 78);
+    al_policy_free(p);
+}
+
+/* Same statistics, same H: two instances, and a run interrupted by save/load. */
+static void test_deterministic_and_resume(void **state) {
+    (void)state;
+    const char *names[] = {"fixed", "adacomm", "qsr", "autoloco"};
+    al_rng r;
+    for (size_t k = 0; k < 4; k++) {
+        al_policy *a = make(names[k], (const char *[]){"h_base", "40", NULL});
+        al_policy *b = make(names[k], (const char *[]){"h_base", "40", NULL});
+        al_policy *c = make(names[k], (const char *[]){"h_base", "40", NULL});
+        assert_int_equal(start(a), start(b));
+        al_rng_seed(&r, 21 + k);
+        char saved[1024];
+        double loss = 4.0;
+        for (int i = 0; i < 60; i++) {
+            loss *= 0.97 + 0.05 * al_rng_uniform(&r);
+            double lr = 3e-3 * (0.1 + 0.9 * al_rng_uniform(&r));
+            al_round_stats s = rs(i, 4, loss, 0.25 + 0.75 * al_rng_uniform(&r), lr, 40);
+            int64_t ha = next(a, s), hb = next(b, s);
+            assert_int_equal(ha, hb);
+            if (i == 29) {
+                assert_true(al_policy_save(a, saved, sizeof saved) < sizeof saved);
+                al_err err = {0};
+                if (al_policy_load(c, saved, &err)) fail_msg("%s", err.msg);
+                assert_int_equal(al_policy_current(c), ha);
+            }
+            if (i >= 30) assert_int_equal(next(c, s), ha);
+        }
+        char sa[1024], sc[1024];
+        al_policy_save(a, sa, sizeof sa);
+        al_policy_save(c, sc, sizeof sc);
+        assert_string_equal(sa, sc);
+        al_policy_free(a);
+        al_policy_free(b);
+        al_policy_free(c);
+    }
+}
+
+/* NaN or Inf in any statistic: AL_ENUMERIC naming it, the state byte-identical. */
+static void test_refuses_nonfinite(void **state) {
+    (void)state;
+    const char *names[] = {"fixed", "adacomm", "qsr", "autoloco"};
+    const size_t offs[] = {
+        offsetof(al_round_stats, loss),          offsetof(al_round_stats, grad_norm),
+        offsetof(al_round_stats, delta_sq_mean), offsetof(al_round_stats, mean_delta_sq),
+        offsetof(al_round_stats, lr_sum),        offsetof(al_round_stats, lr_sq_sum),
+        offsetof(al_round_stats, lr_last),       offsetof(al_round_stats, compute_s)};
+    const char *fields[] = {"loss",   "grad_norm", "delta_sq_mean", "mean_delta_sq",
+                            "lr_sum", "lr_sq_sum", "lr_last",       "compute_s"};
+    for (size_t k = 0; k < 4; k++) {
+        al_policy *p = make(names[k], (const char *[]){"h_base", "40", NULL});
+        start(p);
+        for (int i = 0; i < 3; i++) next(p, rs(i, 4, 3.0 - 0.1 * i, 0.7, 1e-3, 40));
+        char before[1024], after[1024];
+        al_policy_save(p, before, sizeof before);
+        for (size_t f = 0; f < AL_ARRAY_LEN(offs); f++) {
+            for (int v = 0; v < 2; v++) {
+                al_round_stats s = rs(3, 4, 2.5, 0.7, 1e-3, 40);
+                *(double *)((char *)&s + offs[f]) = v ? -INFINITY : NAN;
+                int64_t h = -1;
+                al_err err = {0};
+                assert_int_equal(al_policy_next_interval(p, &s, &h, &err), AL_ENUMERIC);
+                assert_int_equal(h, -1);
+                char want[64];
+                snprintf(want, sizeof want, "'%s'", fields[f]);
+                if (!strstr(err.msg, want)) fail_msg("message '%s' lacks %s", err.msg, want);
+                al_policy_save(p, after, sizeof after);
+                assert_string_equal(before, after);
+            }
+        }
+        al_round_stats s = rs(3, 0, 2.5, 0.7, 1e-3, 40); /* no sites */
+        int64_t h;
+        assert_int_equal(al_policy_next_interval(p, &s, &h, NULL), AL_EINVAL);
+        al_policy_save(p, after, sizeof after);
+        assert_string_equal(before, after);
+        al_policy_free(p);
+    }
+}
+
+static void test_settings(void **state) {
+    (void)state;
+    al_policy *p;
+    al_err err = {0};
+    int64_t h;
+    assert_int_equal(al_policy_create(&p, "autoloco", &err), 0);
+    assert_int_equal(al_policy_set(p, "gorw", "1.5", &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "'gorw'"));
+    assert_non_null(strstr(err.msg, "grow")); /* lists the known keys */
+    assert_int_equal(al_policy_set(p, "grow", "fast", &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "'grow'"));
+    assert_int_equal(al_policy_set(p, "grow", "0.5", &err), AL_ECONFIG); /* below 1 */
+    assert_int_equal(al_policy_set(p, "warmup", "1.5", &err), AL_ECONFIG);
+    assert_int_equal(al_policy_set(p, "normalize", "maybe", &err), AL_ECONFIG);
+    assert_int_equal(al_policy_set(p, "h_base", "inf", &err), AL_ECONFIG);
+    assert_int_equal(al_policy_set(p, "h_base", "20", &err), 0);
+    assert_int_equal(al_policy_set(p, "h_min", "30", &err), 0);
+    assert_int_equal(al_policy_start(p, &h, &err), AL_ECONFIG); /* h_min > h_base */
+    assert_non_null(strstr(err.msg, "h_min"));
+    assert_int_equal(al_policy_next_interval(p, &(al_round_stats){0}, &h, &err), AL_EINVAL);
+    assert_int_equal(al_policy_set(p, "h_min", "5", &err), 0);
+    assert_int_equal(al_policy_start(p, &h, &err), 0);
+    assert_int_equal(h, 20);
+    assert_int_equal(al_policy_set(p, "grow", "1.5", &err), AL_ECONFIG); /* started */
+    char buf[512];
+    size_t need = al_policy_settings(p, buf, sizeof buf);
+    assert_true(need < sizeof buf && strstr(buf, "name=autoloco\n") == buf);
+    assert_non_null(strstr(buf, "\nh_min=5\n"));
+    assert_non_null(strstr(buf, "\nh_max=160\n"));         /* resolved: 8·20 */
+    assert_int_equal(al_policy_settings(p, buf, 8), need); /* truncation reports the need */
+    assert_int_equal(strlen(buf), 7);
+    al_policy_free(p);
+
+    /* a config section as key/value pairs: name anywhere, bad pair reported by index */
+    const char *keys[] = {"h_base", "name", "h"}, *vals[] = {"40", "fixed", "60"};
+    int bad;
+    assert_int_equal(al_policy_create_kv(&p, keys, vals, 3, &bad, &err), 0);
+    assert_int_equal(al_policy_start(p, &h, &err), 0);
+    assert_int_equal(h, 60);
+    al_policy_free(p);
+    vals[2] = "-3";
+    assert_int_equal(al_policy_create_kv(&p, keys, vals, 3, &bad, &err), AL_ECONFIG);
+    assert_int_equal(bad, 2);
+    assert_null(p);
+    vals[1] = "nope";
+    assert_int_equal(al_policy_create_kv(&p, keys, vals, 3, &bad, &err), AL_ECONFIG);
+    assert_int_equal(bad, 1);
+    assert_int_equal(al_policy_create_kv(&p, keys, vals, 1, &bad, &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "'name'"));
+
+    /* load refuses another policy's state, unknown or missing keys */
+    p = make("qsr", (const char *[]){"h_base", "40", NULL});
+    assert_int_equal(al_policy_load(p, "policy=fixed\nrounds=0x0p+0\nh=0x1.4p+5\n", &err),
+                     AL_EFORMAT);
+    assert_int_equal(al_policy_load(p, "policy=qsr\nrounds=0x0p+0\nh=0x1.4p+5\n", &err),
+                     AL_EFORMAT);
+    assert_non_null(strstr(err.msg, "'lr0'"));
+    assert_int_equal(al_policy_load(p, "policy=qsr\nrounds=0\nh=40\nlr0=1e-3\nx=1\n", &err),
+                     AL_EFORMAT);
+    assert_non_null(strstr(err.msg, "line 5"));
+    assert_int_equal(al_policy_load(p, "policy=qsr\nrounds=0\nh=400\nlr0=1e-3\n", &err),
+                     AL_EFORMAT);
+    assert_int_equal(al_policy_load(p, "policy=qsr\nrounds=3\nh=40\nlr0=1e-3\n", &err), 0);
+    assert_int_equal(al_policy_current(p), 40);
+    al_policy_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry),          cmocka_unit_test(test_fixed),
+        cmocka_unit_test(test_adacomm),           cmocka_unit_test(test_qsr),
+        cmocka_unit_test(test_autoloco_hand),     cmocka_unit_test(test_autoloco_normalized),
+        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_deterministic_and_resume),
+        cmocka_unit_test(test_refuses_nonfinite), cmocka_unit_test(test_settings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
