@@ -234,7 +234,7 @@ int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, con
     unsigned char *is_val = rc == 0 ? calloc(d.count, 1) : NULL;
     size_t *lens = rc == 0 ? malloc(d.count * sizeof(size_t)) : NULL;
     if (rc == 0 && (!is_val || !lens)) rc = al_errf(err, AL_ENOMEM, "data prep: out of memory");
-    if (rc == 0) {
+    if (rc == 0 && d.count >= 2) {
         al_rng r;
         al_rng_seed(&r, seed);
         size_t nval = 0;
