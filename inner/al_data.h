@@ -21,8 +21,8 @@
 #include "al_model.h"
 
 #define AL_TOKENS_MAGIC 20240520
-#define AL_BYTE_VOCAB 257
-#define AL_BYTE_EOT 256
+#define AL_BYTE_VOCAB   257
+#define AL_BYTE_EOT     256
 
 typedef struct al_tokens {
     uint16_t *tok;

@@ -96,8 +96,7 @@ void al_matmul_backward_ref(double *dinp, double *dw, double *dbias, const doubl
 void al_attention_forward_ref(double *out, double *lse, const double *qkv, const int *docstart,
                               int B, int T, int C, int NH);
 void al_attention_backward_ref(double *dqkv, const double *dout, const double *qkv,
-                               const double *lse, const int *docstart, int B, int T, int C,
-                               int NH);
+                               const double *lse, const int *docstart, int B, int T, int C, int NH);
 void al_gelu_forward_ref(double *out, const double *inp, size_t n);
 void al_gelu_backward_ref(double *dinp, const double *inp, const double *dout, size_t n);
 double al_crossentropy_forward_ref(double *losses, const double *logits, const int *target, int N,

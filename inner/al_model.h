@@ -30,22 +30,22 @@
  * for matrices (weight decay applies), 0 for vectors (biases, LayerNorm gains).
  * init: NORMAL N(0, 0.02), RESID N(0, 0.02/sqrt(2L)) for projections into the
  * residual stream, ONE, ZERO. */
-#define AL_PARAM_TABLE(X) \
-    X(wte, EMB, (c)->Vp, (c)->C, 1, NORMAL) \
-    X(wpe, EMB, (c)->T, (c)->C, 1, NORMAL) \
-    X(ln1w, LAYER, (c)->C, 1, 0, ONE) \
-    X(ln1b, LAYER, (c)->C, 1, 0, ZERO) \
-    X(qkvw, LAYER, 3 * (c)->C, (c)->C, 1, NORMAL) \
-    X(qkvb, LAYER, 3 * (c)->C, 1, 0, ZERO) \
-    X(attprojw, LAYER, (c)->C, (c)->C, 1, RESID) \
-    X(attprojb, LAYER, (c)->C, 1, 0, ZERO) \
-    X(ln2w, LAYER, (c)->C, 1, 0, ONE) \
-    X(ln2b, LAYER, (c)->C, 1, 0, ZERO) \
-    X(fcw, LAYER, 4 * (c)->C, (c)->C, 1, NORMAL) \
-    X(fcb, LAYER, 4 * (c)->C, 1, 0, ZERO) \
-    X(fcprojw, LAYER, (c)->C, 4 * (c)->C, 1, RESID) \
-    X(fcprojb, LAYER, (c)->C, 1, 0, ZERO) \
-    X(lnfw, FINAL, (c)->C, 1, 0, ONE) \
+#define AL_PARAM_TABLE(X)                                                                          \
+    X(wte, EMB, (c)->Vp, (c)->C, 1, NORMAL)                                                        \
+    X(wpe, EMB, (c)->T, (c)->C, 1, NORMAL)                                                         \
+    X(ln1w, LAYER, (c)->C, 1, 0, ONE)                                                              \
+    X(ln1b, LAYER, (c)->C, 1, 0, ZERO)                                                             \
+    X(qkvw, LAYER, 3 * (c)->C, (c)->C, 1, NORMAL)                                                  \
+    X(qkvb, LAYER, 3 * (c)->C, 1, 0, ZERO)                                                         \
+    X(attprojw, LAYER, (c)->C, (c)->C, 1, RESID)                                                   \
+    X(attprojb, LAYER, (c)->C, 1, 0, ZERO)                                                         \
+    X(ln2w, LAYER, (c)->C, 1, 0, ONE)                                                              \
+    X(ln2b, LAYER, (c)->C, 1, 0, ZERO)                                                             \
+    X(fcw, LAYER, 4 * (c)->C, (c)->C, 1, NORMAL)                                                   \
+    X(fcb, LAYER, 4 * (c)->C, 1, 0, ZERO)                                                          \
+    X(fcprojw, LAYER, (c)->C, 4 * (c)->C, 1, RESID)                                                \
+    X(fcprojb, LAYER, (c)->C, 1, 0, ZERO)                                                          \
+    X(lnfw, FINAL, (c)->C, 1, 0, ONE)                                                              \
     X(lnfb, FINAL, (c)->C, 1, 0, ZERO)
 
 typedef struct al_model_config {
@@ -70,8 +70,8 @@ const char *al_model_preset_names(void);
 #define AL_IF_LAYER_FINAL(...)
 #define AL_IF_FINAL_EMB(...)
 #define AL_IF_FINAL_LAYER(...)
-#define AL_IF_FINAL_FINAL(...) __VA_ARGS__
-#define AL_FIELD_EMB(name, unit, r, cc, d, in) AL_IF_EMB_##unit(float *name;)
+#define AL_IF_FINAL_FINAL(...)                   __VA_ARGS__
+#define AL_FIELD_EMB(name, unit, r, cc, d, in)   AL_IF_EMB_##unit(float *name;)
 #define AL_FIELD_LAYER(name, unit, r, cc, d, in) AL_IF_LAYER_##unit(float *name;)
 #define AL_FIELD_FINAL(name, unit, r, cc, d, in) AL_IF_FINAL_##unit(float *name;)
 typedef struct al_emb_ptrs {
@@ -98,8 +98,8 @@ typedef struct al_tensor_info {
 
 /* Flat layout of all parameters for a config. */
 typedef struct al_layout {
-    int nunits;         /* L + 2 */
-    size_t *unit_off;   /* [nunits + 1], unit u = [unit_off[u], unit_off[u+1]) */
+    int nunits;       /* L + 2 */
+    size_t *unit_off; /* [nunits + 1], unit u = [unit_off[u], unit_off[u+1]) */
     int ntensors;
     al_tensor_info *tensors;
     size_t nparams;
@@ -137,18 +137,18 @@ typedef struct al_layer_acts {
 typedef struct al_model {
     al_model_config cfg;
     al_layout lay;
-    int B, T; /* microbatch shape the activations are sized for */
+    int B, T;              /* microbatch shape the activations are sized for */
     float *params, *grads; /* [nparams] each, layout `lay` */
     al_emb_ptrs p_emb, g_emb;
     al_layer_ptrs *p_layer, *g_layer; /* [L] */
     al_final_ptrs p_final, g_final;
     /* activations */
     float *acts_mem;
-    float *encoded;           /* [N,C] residual stream input to block 0 */
-    al_layer_acts *layer;     /* [L] */
+    float *encoded;       /* [N,C] residual stream input to block 0 */
+    al_layer_acts *layer; /* [L] */
     float *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;            /* [N,Vp]; holds dlogits after backward */
-    float *losses;            /* [N] */
+    float *logits; /* [N,Vp]; holds dlogits after backward */
+    float *losses; /* [N] */
     /* activation-gradient scratch, reused across blocks */
     float *dres, *dln, *dqkv, *datty, *dfch;
 } al_model;

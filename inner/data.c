@@ -26,8 +26,9 @@ void al_tokens_free(al_tokens *t) {
 static int scan_docs(al_tokens *t, al_err *err) {
     size_t k = 0;
     for (size_t i = 0; i < t->n; i++) k += t->tok[i] == t->eot;
-    if (k < 2) return al_errf(err, AL_EFORMAT, "%s: fewer than 2 end-of-document tokens (%d)",
-                              t->path, t->eot);
+    if (k < 2)
+        return al_errf(err, AL_EFORMAT, "%s: fewer than 2 end-of-document tokens (%d)", t->path,
+                       t->eot);
     t->doc = malloc(k * sizeof(uint64_t));
     if (!t->doc) return al_errf(err, AL_ENOMEM, "%s: out of memory", t->path);
     size_t j = 0;
@@ -167,9 +168,12 @@ int al_tokens_write(const char *path, const uint16_t *tok, size_t n, int vocab, 
 /* ---- loader ------------------------------------------------------------------------ */
 
 int al_packing_parse(const char *s, al_packing *out, al_err *err) {
-    if (!strcmp(s, "docs")) *out = AL_PACK_DOCS;
-    else if (!strcmp(s, "stream")) *out = AL_PACK_STREAM;
-    else return al_errf(err, AL_EINVAL, "unknown packing '%s' (docs|stream)", s);
+    if (!strcmp(s, "docs"))
+        *out = AL_PACK_DOCS;
+    else if (!strcmp(s, "stream"))
+        *out = AL_PACK_STREAM;
+    else
+        return al_errf(err, AL_EINVAL, "unknown packing '%s' (docs|stream)", s);
     return 0;
 }
 

@@ -180,8 +180,9 @@ int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err 
     m->acts_mem = malloc(total * sizeof(float));
     if (!m->params || !m->grads || !m->p_layer || !m->g_layer || !m->layer || !m->acts_mem) {
         al_model_free(m);
-        return al_errf(err, AL_ENOMEM, "model '%s' (%zu params, %zu activation floats): out of memory",
-                       cfg->preset, P, total);
+        return al_errf(err, AL_ENOMEM,
+                       "model '%s' (%zu params, %zu activation floats): out of memory", cfg->preset,
+                       P, total);
     }
     float *a = m->acts_mem;
 #define TAKE(n) (a += (n), a - (n))
@@ -246,10 +247,18 @@ void al_model_init_weights(al_model *m, uint64_t seed) {
         float *p = m->params + ti->offset;
         for (size_t i = 0; i < ti->numel; i++) {
             switch (ti->init) {
-            case AL_INIT_NORMAL: p[i] = (float)(0.02 * al_rng_normal(&rng)); break;
-            case AL_INIT_RESID: p[i] = (float)(resid_std * al_rng_normal(&rng)); break;
-            case AL_INIT_ONE: p[i] = 1.0f; break;
-            default: p[i] = 0.0f; break;
+            case AL_INIT_NORMAL:
+                p[i] = (float)(0.02 * al_rng_normal(&rng));
+                break;
+            case AL_INIT_RESID:
+                p[i] = (float)(resid_std * al_rng_normal(&rng));
+                break;
+            case AL_INIT_ONE:
+                p[i] = 1.0f;
+                break;
+            default:
+                p[i] = 0.0f;
+                break;
             }
         }
     }

@@ -8,10 +8,14 @@
 #include <sys/stat.h>
 
 int al_text_format_parse(const char *s, al_text_format *out, al_err *err) {
-    if (!strcmp(s, "fortune")) *out = AL_FMT_FORTUNE;
-    else if (!strcmp(s, "text")) *out = AL_FMT_TEXT;
-    else if (!strcmp(s, "jsonl")) *out = AL_FMT_JSONL;
-    else return al_errf(err, AL_EINVAL, "unknown input format '%s' (fortune|text|jsonl)", s);
+    if (!strcmp(s, "fortune"))
+        *out = AL_FMT_FORTUNE;
+    else if (!strcmp(s, "text"))
+        *out = AL_FMT_TEXT;
+    else if (!strcmp(s, "jsonl"))
+        *out = AL_FMT_JSONL;
+    else
+        return al_errf(err, AL_EINVAL, "unknown input format '%s' (fortune|text|jsonl)", s);
     return 0;
 }
 
@@ -26,8 +30,8 @@ typedef struct docs {
 static int docs_add(docs *d, const char *p, size_t len, al_err *err) {
     /* trim surrounding whitespace; skip documents that end up empty */
     while (len > 0 && (p[0] == '\n' || p[0] == '\r' || p[0] == ' ' || p[0] == '\t')) p++, len--;
-    while (len > 0 && (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' ' ||
-                       p[len - 1] == '\t'))
+    while (len > 0 &&
+           (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' ' || p[len - 1] == '\t'))
         len--;
     if (len == 0) return 0;
     if (d->n + len > d->cap) {
@@ -129,9 +133,12 @@ static int prep_file(docs *d, const char *path, al_text_format fmt, al_err *err)
     size_t n;
     int rc = al_read_file(path, &s, &n, err);
     if (rc) return rc;
-    if (fmt == AL_FMT_FORTUNE) rc = split_fortune(d, s, n, err);
-    else if (fmt == AL_FMT_TEXT) rc = split_text(d, s, n, err);
-    else rc = split_jsonl(d, path, s, n, err);
+    if (fmt == AL_FMT_FORTUNE)
+        rc = split_fortune(d, s, n, err);
+    else if (fmt == AL_FMT_TEXT)
+        rc = split_text(d, s, n, err);
+    else
+        rc = split_jsonl(d, path, s, n, err);
     free(s);
     return rc;
 }
@@ -205,7 +212,8 @@ static int write_split(const docs *d, const unsigned char *is_val, int want_val,
         if (is_val[k] != want_val) continue;
         bnd[j++] = t;
         tok[t++] = AL_BYTE_EOT;
-        for (size_t i = d->start[k]; i < d->start[k + 1]; i++) tok[t++] = (unsigned char)d->bytes[i];
+        for (size_t i = d->start[k]; i < d->start[k + 1]; i++)
+            tok[t++] = (unsigned char)d->bytes[i];
     }
     bnd[j] = t;
     tok[t++] = AL_BYTE_EOT;

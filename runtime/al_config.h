@@ -23,23 +23,23 @@
     X(inner, batch, INT, 16, 1, 65536, "rows per microbatch")                                      \
     X(inner, seq, INT, 0, 0, 1 << 20, "tokens per row (0 = the preset's context length)")          \
     X(inner, accum, INT, 1, 1, 65536, "microbatches per optimizer step")                           \
-    X(inner, steps, INT, 2000, 1, 1L << 40, "optimizer steps (the schedule's length)")            \
+    X(inner, steps, INT, 2000, 1, 1L << 40, "optimizer steps (the schedule's length)")             \
     X(inner, lr, DBL, 3e-3, 0, 10, "peak learning rate")                                           \
     X(inner, warmup, INT, 100, 0, 1L << 40, "linear warmup steps")                                 \
-    X(inner, min_lr_frac, DBL, 0.1, 0, 1, "final learning rate as a fraction of the peak")        \
-    X(inner, weight_decay, DBL, 0.1, 0, 10, "AdamW decoupled weight decay (matrices only)")       \
+    X(inner, min_lr_frac, DBL, 0.1, 0, 1, "final learning rate as a fraction of the peak")         \
+    X(inner, weight_decay, DBL, 0.1, 0, 10, "AdamW decoupled weight decay (matrices only)")        \
     X(inner, beta1, DBL, 0.9, 0, 0.999999, "AdamW beta1")                                          \
     X(inner, beta2, DBL, 0.95, 0, 0.999999, "AdamW beta2")                                         \
     X(inner, eps, DBL, 1e-8, 0, 1, "AdamW epsilon")                                                \
-    X(inner, grad_clip, DBL, 1.0, 0, 1e9, "global gradient-norm clip (0 = off)")                  \
-    X(inner, seed, INT, 1337, 0, 1L << 62, "seed for initialisation and data order")              \
-    X(inner, threads, INT, 0, 0, 1024, "threads for kernels and OpenBLAS (0 = all cores)")        \
-    X(inner, eval_every, INT, 100, 0, 1L << 40, "evaluate every N steps (0 = only at the end)")   \
+    X(inner, grad_clip, DBL, 1.0, 0, 1e9, "global gradient-norm clip (0 = off)")                   \
+    X(inner, seed, INT, 1337, 0, 1L << 62, "seed for initialisation and data order")               \
+    X(inner, threads, INT, 0, 0, 1024, "threads for kernels and OpenBLAS (0 = all cores)")         \
+    X(inner, eval_every, INT, 100, 0, 1L << 40, "evaluate every N steps (0 = only at the end)")    \
     X(inner, eval_batches, INT, 0, 0, 1 << 20,                                                     \
       "validation microbatches per evaluation (0 = the whole split)")                              \
-    X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")              \
+    X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")               \
     X(checkpoint, dir, STR, "runs/train", NULL, 0, "checkpoint folder")                            \
-    X(checkpoint, every, INT, 0, 0, 1L << 40, "save every N steps (0 = only at the end)")         \
+    X(checkpoint, every, INT, 0, 0, 1L << 40, "save every N steps (0 = only at the end)")          \
     X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints kept (0 = all)")
 
 #define AL_CFG_CTYPE_INT long

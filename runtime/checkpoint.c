@@ -24,9 +24,9 @@ int al_safetensors_write(const char *path, const al_layout *lay, int nparts,
         const al_tensor_info *ti = &lay->tensors[k % lay->ntensors];
         char name[96];
         snprintf(name, sizeof name, "%s%s", prefix[k / lay->ntensors], ti->name);
-        json_t *shape = ti->cols == 1 ? json_pack("[I]", (json_int_t)ti->rows)
-                                      : json_pack("[II]", (json_int_t)ti->rows,
-                                                  (json_int_t)ti->cols);
+        json_t *shape = ti->cols == 1
+                            ? json_pack("[I]", (json_int_t)ti->rows)
+                            : json_pack("[II]", (json_int_t)ti->rows, (json_int_t)ti->cols);
         json_object_set_new(h, name,
                             json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
                                       "data_offsets", (json_int_t)off,
@@ -97,8 +97,10 @@ int al_safetensors_read(const char *path, const al_layout *lay, int nparts,
                        json_integer_value(json_array_get(shape, 0)) == ti->rows &&
                        (want_dims == 1 || json_integer_value(json_array_get(shape, 1)) == ti->cols);
         if (strcmp(dtype, "F32") != 0 || !shape_ok) {
-            rc = al_errf(err, AL_EMISMATCH, "%s: tensor '%s' has dtype %s or a shape other than "
-                         "[%d, %d]", path, name, dtype, ti->rows, ti->cols);
+            rc = al_errf(err, AL_EMISMATCH,
+                         "%s: tensor '%s' has dtype %s or a shape other than "
+                         "[%d, %d]",
+                         path, name, dtype, ti->rows, ti->cols);
             break;
         }
         if (b < 0 || en < b || (size_t)en > dlen || (size_t)(en - b) != ti->numel * 4) {
@@ -183,12 +185,12 @@ int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash
     }
     if (rc == 0) {
         json_t *man = json_pack(
-            "{s:s, s:I, s:s, s:I, s:s, s:s, s:{s:I, s:I, s:I}, s:o}", "format", CKPT_FORMAT,
-            "step", (json_int_t)tr->step, "preset", tr->model.cfg.preset, "nparams",
-            (json_int_t)lay->nparams, "config_hash", config_hash ? config_hash : "",
-            "packing", al_packing_name(tr->o.packing), "data", "epoch",
-            (json_int_t)tr->train.st.epoch, "next", (json_int_t)tr->train.st.next, "offset",
-            (json_int_t)tr->train.st.offset, "files", files);
+            "{s:s, s:I, s:s, s:I, s:s, s:s, s:{s:I, s:I, s:I}, s:o}", "format", CKPT_FORMAT, "step",
+            (json_int_t)tr->step, "preset", tr->model.cfg.preset, "nparams",
+            (json_int_t)lay->nparams, "config_hash", config_hash ? config_hash : "", "packing",
+            al_packing_name(tr->o.packing), "data", "epoch", (json_int_t)tr->train.st.epoch, "next",
+            (json_int_t)tr->train.st.next, "offset", (json_int_t)tr->train.st.offset, "files",
+            files);
         files = NULL;
         char *js = json_dumps(man, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(man);
@@ -202,8 +204,7 @@ int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash
     if (rc == 0) {
         al_remove_tree(fin, NULL); /* re-saving the same step replaces it */
         if (rename(tmp, fin) != 0)
-            rc = al_errf(err, AL_EIO, "checkpoint: rename %s -> %s: %s", tmp, fin,
-                         strerror(errno));
+            rc = al_errf(err, AL_EIO, "checkpoint: rename %s -> %s: %s", tmp, fin, strerror(errno));
     }
     if (rc == 0) rc = al_fsync_dir(root, err);
     if (rc) {
@@ -258,8 +259,7 @@ static int verify(const char *dir, json_t **man_out, al_err *err) {
     return 0;
 }
 
-int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_cap,
-                 al_err *err) {
+int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_cap, al_err *err) {
     char probe[4200];
     snprintf(probe, sizeof probe, "%s/manifest.json", path);
     if (access(probe, F_OK) == 0) {
@@ -305,16 +305,18 @@ int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const
         return al_errf(err, AL_EFORMAT, "%s/manifest.json: missing fields", dir);
     }
     if (strcmp(preset, tr->model.cfg.preset) != 0 || (size_t)nparams != tr->model.lay.nparams) {
-        rc = al_errf(err, AL_EMISMATCH, "%s: checkpoint of preset '%s' (%lld params), run uses "
-                     "'%s' (%zu params)", dir, preset, (long long)nparams, tr->model.cfg.preset,
-                     tr->model.lay.nparams);
+        rc = al_errf(err, AL_EMISMATCH,
+                     "%s: checkpoint of preset '%s' (%lld params), run uses "
+                     "'%s' (%zu params)",
+                     dir, preset, (long long)nparams, tr->model.cfg.preset, tr->model.lay.nparams);
     } else if (strcmp(packing, al_packing_name(tr->o.packing)) != 0) {
         rc = al_errf(err, AL_EMISMATCH, "%s: checkpoint packing '%s', run uses '%s'", dir, packing,
                      al_packing_name(tr->o.packing));
     }
     if (rc == 0 && config_hash && strcmp(chash, config_hash) != 0)
-        al_logf(log, AL_LOG_WARN, "%s: saved with a different configuration (hash %.12s, now %.12s)",
-                dir, chash, config_hash);
+        al_logf(log, AL_LOG_WARN,
+                "%s: saved with a different configuration (hash %.12s, now %.12s)", dir, chash,
+                config_hash);
     char path[4200];
     const al_layout *lay = &tr->model.lay;
     const char *pfx_model[] = {""}, *pfx_optim[] = {"m.", "v."};

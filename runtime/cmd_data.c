@@ -31,12 +31,10 @@ int al_cmd_data(int argc, char **argv, al_err *err) {
     }
     argc--;
     argv++;
-    static const struct option opts[] = {{"format", required_argument, 0, 'f'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"val-frac", required_argument, 0, 'v'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"format", required_argument, 0, 'f'},   {"out", required_argument, 0, 'o'},
+        {"val-frac", required_argument, 0, 'v'}, {"seed", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     const char *format = NULL, *out = NULL;
     double val_frac = 0.05;
     long seed = 1;
@@ -44,12 +42,24 @@ int al_cmd_data(int argc, char **argv, al_err *err) {
     optind = 1;
     while ((ch = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'f': format = optarg; break;
-        case 'o': out = optarg; break;
-        case 'v': rc = al_cli_double("--val-frac", optarg, &val_frac, err); break;
-        case 's': rc = al_cli_int("--seed", optarg, 0, 1L << 62, &seed, err); break;
-        case 'h': data_usage(stdout); return 0;
-        default: data_usage(stderr); return AL_CLI_USAGE;
+        case 'f':
+            format = optarg;
+            break;
+        case 'o':
+            out = optarg;
+            break;
+        case 'v':
+            rc = al_cli_double("--val-frac", optarg, &val_frac, err);
+            break;
+        case 's':
+            rc = al_cli_int("--seed", optarg, 0, 1L << 62, &seed, err);
+            break;
+        case 'h':
+            data_usage(stdout);
+            return 0;
+        default:
+            data_usage(stderr);
+            return AL_CLI_USAGE;
         }
         if (rc) return rc;
     }

@@ -128,7 +128,8 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     }
     optind = 1;
     while ((ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        if (ch == 's') rc = al_config_set_arg(&r.cfg, optarg, err);
+        if (ch == 's')
+            rc = al_config_set_arg(&r.cfg, optarg, err);
         else if (ch == 'n' && (rc = al_config_set(&r.cfg, "inner", "steps", optarg, err)))
             al_err_prefix(err, "--steps");
         else if (ch == 't' && (rc = al_config_set(&r.cfg, "inner", "threads", optarg, err)))
@@ -185,8 +186,8 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     }
     printf("autoloco train: preset %s (%zu parameters, L=%d C=%d NH=%d), %d x %d tokens x %d "
            "accum, %ld steps, %d threads, packing %s\n",
-           mc.preset, r.tr.model.lay.nparams, mc.L, mc.C, mc.NH, r.tr.o.batch, r.tr.o.seq,
-           o.accum, o.steps, threads, c->data_packing);
+           mc.preset, r.tr.model.lay.nparams, mc.L, mc.C, mc.NH, r.tr.o.batch, r.tr.o.seq, o.accum,
+           o.steps, threads, c->data_packing);
     printf("data: %s (%zu tokens, %zu documents)", r.train.path, r.train.n, r.train.ndocs);
     if (r.val.tok) printf(", val %s (%zu tokens)", r.val.path, r.val.n);
     printf("\n");

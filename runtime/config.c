@@ -31,9 +31,13 @@ typedef struct keydesc {
 #define KD_STR(def, lo, hi) .choices = (lo), .sdef = (def)
 
 static const keydesc KEYS[] = {
-#define AL_CFG_ROW(sec, k, ty, def, lo, hi, hlp)                                                 \
-    {.section = #sec, .key = #k, .help = hlp, .type = AL_KT_##ty,                              \
-     .offset = offsetof(al_config, sec##_##k), KD_##ty(def, lo, hi)},
+#define AL_CFG_ROW(sec, k, ty, def, lo, hi, hlp)                                                   \
+    {.section = #sec,                                                                              \
+     .key = #k,                                                                                    \
+     .help = hlp,                                                                                  \
+     .type = AL_KT_##ty,                                                                           \
+     .offset = offsetof(al_config, sec##_##k),                                                     \
+     KD_##ty(def, lo, hi)},
     AL_CONFIG_TABLE(AL_CFG_ROW)
 #undef AL_CFG_ROW
 };
@@ -53,8 +57,10 @@ int al_config_init(al_config *c, al_err *err) {
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NKEYS; i++) {
         const keydesc *k = &KEYS[i];
-        if (k->type == T_INT) *ifield(c, k) = k->idef;
-        else if (k->type == T_DBL) *dfield(c, k) = k->ddef;
+        if (k->type == T_INT)
+            *ifield(c, k) = k->idef;
+        else if (k->type == T_DBL)
+            *dfield(c, k) = k->ddef;
         else if (!(*sfield(c, k) = strdup(k->sdef))) {
             al_config_free(c);
             return al_errf(err, AL_ENOMEM, "config: out of memory");
@@ -112,8 +118,8 @@ static int set_value(al_config *c, const keydesc *k, const char *v, al_err *err)
     }
     case T_STR:
         if (k->choices && !choice_ok(k->choices, v))
-            return al_errf(err, AL_ECONFIG, "[%s] %s: '%s' is not one of %s", k->section, k->key,
-                           v, k->choices);
+            return al_errf(err, AL_ECONFIG, "[%s] %s: '%s' is not one of %s", k->section, k->key, v,
+                           k->choices);
         char *s = strdup(v);
         if (!s) return al_errf(err, AL_ENOMEM, "config: out of memory");
         free(*sfield(c, k));
@@ -202,11 +208,12 @@ char *al_config_dump(const al_config *c) {
         const keydesc *k = &KEYS[i];
         char line[1200];
         al_config *cc = (al_config *)c;
-        if (k->type == T_INT) snprintf(line, sizeof line, "%s.%s = %ld\n", k->section, k->key,
-                                       *ifield(cc, k));
-        else if (k->type == T_DBL) snprintf(line, sizeof line, "%s.%s = %.17g\n", k->section,
-                                            k->key, *dfield(cc, k));
-        else snprintf(line, sizeof line, "%s.%s = %s\n", k->section, k->key, *sfield(cc, k));
+        if (k->type == T_INT)
+            snprintf(line, sizeof line, "%s.%s = %ld\n", k->section, k->key, *ifield(cc, k));
+        else if (k->type == T_DBL)
+            snprintf(line, sizeof line, "%s.%s = %.17g\n", k->section, k->key, *dfield(cc, k));
+        else
+            snprintf(line, sizeof line, "%s.%s = %s\n", k->section, k->key, *sfield(cc, k));
         size_t l = strlen(line);
         if (n + l + 1 > cap) {
             cap = 2 * (n + l + 1);
@@ -235,9 +242,12 @@ void al_config_print_help(FILE *f) {
         const keydesc *k = &KEYS[i];
         if (strcmp(last, k->section) != 0) fprintf(f, "\n[%s]\n", last = k->section);
         char def[128];
-        if (k->type == T_INT) snprintf(def, sizeof def, "%ld", k->idef);
-        else if (k->type == T_DBL) snprintf(def, sizeof def, "%g", k->ddef);
-        else snprintf(def, sizeof def, "%s", k->sdef);
+        if (k->type == T_INT)
+            snprintf(def, sizeof def, "%ld", k->idef);
+        else if (k->type == T_DBL)
+            snprintf(def, sizeof def, "%g", k->ddef);
+        else
+            snprintf(def, sizeof def, "%s", k->sdef);
         fprintf(f, "  %-14s %-26s %s%s%s\n", k->key, def, k->help, k->choices ? "; one of " : "",
                 k->choices ? k->choices : "");
     }

@@ -15,8 +15,8 @@
 
 enum { B = 2, T = 32, C = 32, NH = 2, N = B * T, V = 257, VP = 320 };
 #define FAST_TOL 1e-4
-#define FD_TOL 1e-6
-#define FD_H 1e-6
+#define FD_TOL   1e-6
+#define FD_H     1e-6
 
 /* Rows with several documents and trailing padding. */
 static void make_docstart(int *ds) {
@@ -188,8 +188,7 @@ static void test_attention(void **state) {
     assert_err_below("attention lse fast vs ref", t_max_rel_err(lse, rlse, B * NH * T), FAST_TOL);
     al_attention_backward(dqkv, dout, qkv, lse, ds, B, T, C, NH);
     al_attention_backward_ref(rdqkv, R, dq, rlse, ds, B, T, C, NH);
-    assert_err_below("attention dqkv fast vs ref", t_max_rel_err(dqkv, rdqkv, N * 3 * C),
-                     FAST_TOL);
+    assert_err_below("attention dqkv fast vs ref", t_max_rel_err(dqkv, rdqkv, N * 3 * C), FAST_TOL);
     at_ctx c = {dq, rout, rlse, R, ds};
     assert_err_below("attention dqkv ref vs FD",
                      fd_rel_err(at_obj, &c, dq, rdqkv, N * 3 * C, 300, &r), FD_TOL);
@@ -293,8 +292,8 @@ static void test_encoder(void **state) {
     assert_err_below("encoder dwte fast vs ref", t_max_rel_err(gte, rgte, VP * C), FAST_TOL);
     assert_err_below("encoder dwpe fast vs ref", t_max_rel_err(gpe, rgpe, T * C), FAST_TOL);
     en_ctx c = {dte, dpe, rout, R, tok, pos};
-    assert_err_below("encoder dwte ref vs FD", fd_rel_err(en_obj, &c, dte, rgte, 42 * C + C, 200, &r),
-                     FD_TOL);
+    assert_err_below("encoder dwte ref vs FD",
+                     fd_rel_err(en_obj, &c, dte, rgte, 42 * C + C, 200, &r), FD_TOL);
     assert_err_below("encoder dwpe ref vs FD", fd_rel_err(en_obj, &c, dpe, rgpe, T * C, 200, &r),
                      FD_TOL);
     free(dte);

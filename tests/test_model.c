@@ -35,7 +35,8 @@ static double ref_forward(const al_model_config *c, const al_layout *lay, double
     double *h = malloc(4 * NC * sizeof(double)), *g = malloc(4 * NC * sizeof(double));
     double *mean = malloc(N * sizeof(double)), *rstd = malloc(N * sizeof(double));
     double *lse = malloc((size_t)N * c->NH * sizeof(double));
-    double *logits = malloc((size_t)N * c->Vp * sizeof(double)), *losses = malloc(N * sizeof(double));
+    double *logits = malloc((size_t)N * c->Vp * sizeof(double)),
+           *losses = malloc(N * sizeof(double));
     al_encoder_forward_ref(x, b->tokens, b->pos, tensor(lay, p, "wte"), tensor(lay, p, "wpe"), N,
                            C);
     for (int l = 0; l < c->L; l++) {
@@ -153,8 +154,10 @@ static void test_documents_isolated(void **state) {
     for (int i = 0; i < B * T; i++)
         for (size_t j = 0; j < Vp; j++) {
             double d = fabs(before[i * Vp + j] - m.logits[i * Vp + j]);
-            if (i < 12) changed = fmax(changed, d);
-            else other = fmax(other, d);
+            if (i < 12)
+                changed = fmax(changed, d);
+            else
+                other = fmax(other, d);
         }
     print_message("  changed document: max logit change %.3e; other documents: %.3e\n", changed,
                   other);
@@ -175,8 +178,8 @@ static void test_layout_table(void **state) {
     al_layout lay;
     assert_int_equal(al_layout_init(&lay, &c, &err), 0);
     /* GPT-2 count: Vp*C + T*C + L*(12 C^2 + 13 C) + 2C */
-    size_t C = (size_t)c.C, want = (size_t)c.Vp * C + (size_t)c.T * C +
-                                   (size_t)c.L * (12 * C * C + 13 * C) + 2 * C;
+    size_t C = (size_t)c.C,
+           want = (size_t)c.Vp * C + (size_t)c.T * C + (size_t)c.L * (12 * C * C + 13 * C) + 2 * C;
     assert_int_equal(lay.nparams, want);
     assert_int_equal(lay.ntensors, 2 + 12 * c.L + 2);
     assert_string_equal(lay.tensors[2].name, "h.0.ln1w");

@@ -364,8 +364,9 @@ static void test_prep_formats(void **state) {
     } cases[] = {
         {AL_FMT_FORTUNE, "first\n%\nsecond one\nline 2\n%\n\n%\nthird\n", 3, 5 + 17 + 5},
         {AL_FMT_TEXT, "para one\nstill one\n\n\npara two\n  \npara three", 3, 18 + 8 + 10},
-        {AL_FMT_JSONL, "{\"text\": \"x\\ny\"}\n\n{\"text\": \"zz\", \"id\": 3}\n{\"text\": \"w\"}\n",
-         3, 3 + 2 + 1},
+        {AL_FMT_JSONL,
+         "{\"text\": \"x\\ny\"}\n\n{\"text\": \"zz\", \"id\": 3}\n{\"text\": \"w\"}\n", 3,
+         3 + 2 + 1},
     };
     for (size_t i = 0; i < AL_ARRAY_LEN(cases); i++) {
         path_of(in, "prep-input");
@@ -388,9 +389,12 @@ static void test_prep_formats(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_loader_packing),      cmocka_unit_test(test_resume_bit_identical),
-        cmocka_unit_test(test_training_reduces_loss), cmocka_unit_test(test_bad_token_files),
-        cmocka_unit_test(test_bad_config),          cmocka_unit_test(test_bad_checkpoints),
+        cmocka_unit_test(test_loader_packing),
+        cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_training_reduces_loss),
+        cmocka_unit_test(test_bad_token_files),
+        cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_bad_checkpoints),
         cmocka_unit_test(test_prep_formats),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -29,7 +29,7 @@ static inline float fast_expf(float x) {
     x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
     const float shifter = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
     float kf = (x * 1.44269504088896341f + shifter) - shifter;
-    float r = x - kf * 0.693145751953125f; /* ln 2, high bits */
+    float r = x - kf * 0.693145751953125f;   /* ln 2, high bits */
     r = r - kf * 1.42860682030941723212e-6f; /* ln 2, low bits */
     float p = 1.0f / 720.0f;
     p = p * r + 1.0f / 120.0f;
@@ -246,8 +246,8 @@ void al_attention_backward(float *dqkv, const float *dout, const float *qkv, con
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3,
                         0.0f, P, T);
             attn_probs(P, lse + (size_t)bh * T, NULL, ds, T);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dO, C, v, C3,
-                        0.0f, dS, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dO, C, v, C3, 0.0f,
+                        dS, T);
             for (int i = 0; i < T; i++) {
                 float *p = P + (size_t)i * T, *d = dS + (size_t)i * T;
                 float dot = 0.0f;
@@ -314,8 +314,7 @@ double al_crossentropy_forward(float *losses, const float *logits, const int *ta
     return total;
 }
 
-void al_crossentropy_backward(float *logits, const int *target, float scale, int N, int V,
-                              int Vp) {
+void al_crossentropy_backward(float *logits, const int *target, float scale, int N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *l = logits + (size_t)i * Vp;

@@ -106,8 +106,8 @@ int al_remove_tree(const char *path, al_err *err);
 void al_threads_set(int n);
 int al_threads_get(void);
 
-#define AL_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define AL_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define AL_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define AL_MAX(a, b)    ((a) > (b) ? (a) : (b))
 #define AL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

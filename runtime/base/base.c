@@ -20,22 +20,28 @@
 const char *al_strerror(int code) {
     switch (code) {
 #define AL_ERR_CASE(name, val, desc)                                                               \
-    case name: return desc;
+    case name:                                                                                     \
+        return desc;
         AL_ERRORS(AL_ERR_CASE)
 #undef AL_ERR_CASE
-    case 0: return "success";
-    default: return "unknown error";
+    case 0:
+        return "success";
+    default:
+        return "unknown error";
     }
 }
 
 const char *al_errname(int code) {
     switch (code) {
 #define AL_ERR_CASE(name, val, desc)                                                               \
-    case name: return #name;
+    case name:                                                                                     \
+        return #name;
         AL_ERRORS(AL_ERR_CASE)
 #undef AL_ERR_CASE
-    case 0: return "OK";
-    default: return "AL_E?";
+    case 0:
+        return "OK";
+    default:
+        return "AL_E?";
     }
 }
 

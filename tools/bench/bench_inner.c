@@ -77,14 +77,30 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'p': preset = optarg; break;
-        case 'b': rc = al_cli_int("--batch", optarg, 1, 4096, &batch, err); break;
-        case 's': rc = al_cli_int("--seq", optarg, 1, 1 << 16, &seq, err); break;
-        case 't': rc = al_cli_int("--threads", optarg, 1, 1024, &threads, err); break;
-        case 'n': rc = al_cli_int("--steps", optarg, 1, 1000, &steps, err); break;
-        case 'j': json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return AL_CLI_USAGE;
+        case 'p':
+            preset = optarg;
+            break;
+        case 'b':
+            rc = al_cli_int("--batch", optarg, 1, 4096, &batch, err);
+            break;
+        case 's':
+            rc = al_cli_int("--seq", optarg, 1, 1 << 16, &seq, err);
+            break;
+        case 't':
+            rc = al_cli_int("--threads", optarg, 1, 1024, &threads, err);
+            break;
+        case 'n':
+            rc = al_cli_int("--steps", optarg, 1, 1000, &steps, err);
+            break;
+        case 'j':
+            json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return AL_CLI_USAGE;
         }
         if (rc) return rc;
     }
@@ -131,9 +147,10 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
     free(t);
     double sgemm_s = 0.5 * (sg[0] + sg[1]);
     double tokens = (double)(batch * seq);
-    double flops = 6.0 * (double)tr.model.lay.nparams * tokens +
-                   6.0 * mc.L * mc.C * (double)seq * tokens;
-    double gflops = flops / step_s * 1e-9, sgemm_gflops = 2.0 * 2048.0 * 2048.0 * 2048.0 / sgemm_s * 1e-9;
+    double flops =
+        6.0 * (double)tr.model.lay.nparams * tokens + 6.0 * mc.L * mc.C * (double)seq * tokens;
+    double gflops = flops / step_s * 1e-9,
+           sgemm_gflops = 2.0 * 2048.0 * 2048.0 * 2048.0 / sgemm_s * 1e-9;
     printf("bench inner: preset %s (%zu params), batch %ld x seq %ld, %ld threads, %ld steps\n",
            preset, tr.model.lay.nparams, batch, seq, threads, steps);
     printf("  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n  %-22s %12.1f\n  %-22s %12.3f\n",
