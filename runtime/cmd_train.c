@@ -73,8 +73,10 @@ static int train_loop(run *r, al_err *err) {
         n_win++;
         long s = r->tr.step;
         if (s % c->inner_log_every == 0 || s == steps) {
-            printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s\n", s, steps,
-                   loss_win / (double)n_win, st.lr, st.grad_norm, (double)tok_win / t_win);
+            double eta = t_win / (double)n_win * (double)(steps - s);
+            printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | eta %.0f s\n", s,
+                   steps, loss_win / (double)n_win, st.lr, st.grad_norm, (double)tok_win / t_win,
+                   eta);
             fflush(stdout);
             t_win = loss_win = 0;
             tok_win = n_win = 0;
