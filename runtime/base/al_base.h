@@ -17,6 +17,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" { /* kernels.cu (C++) includes this header */
+#endif
+
 /* One table for every error code: name, value, description. */
 #define AL_ERRORS(X)                                                                               \
     X(AL_EINVAL, -1, "invalid argument")                                                           \
@@ -109,5 +113,9 @@ int al_threads_get(void);
 #define AL_MIN(a, b)    ((a) < (b) ? (a) : (b))
 #define AL_MAX(a, b)    ((a) > (b) ? (a) : (b))
 #define AL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
