@@ -18,6 +18,7 @@
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner")                                            \
+    X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \
     X("version", al_cmd_version, "print the version")
 
 /* X(name, function, one-line summary) for `autoloco bench NAME`. */

@@ -1,0 +1,105 @@
+/*
+ * al_metrics.h -- what an agent measures, in one thread-safe registry that the
+ * HTTP server reads: Prometheus text for /metrics, JSON for /api/v1/status and
+ * /api/v1/rounds, and the same round records as JSONL lines for the event log
+ * (which `autoloco report` turns into a static page).
+ *
+ * Scalar metrics are one X-macro table (name, type, help); per-peer byte
+ * counters and the round-duration histogram are built in. Names carry their
+ * unit (_bytes, _seconds, _total for counters) as Prometheus recommends.
+ */
+#ifndef AL_METRICS_H
+#define AL_METRICS_H
+
+#include <pthread.h>
+
+#include "al_base.h"
+
+/* X(id, name, type, help) */
+#define AL_METRICS_TABLE(X)                                                                        \
+    X(SYNCS, "autoloco_syncs_total", counter, "outer synchronisations completed")                  \
+    X(INNER_STEPS, "autoloco_inner_steps_total", counter, "inner optimizer steps of this site")    \
+    X(TOKENS, "autoloco_tokens_total", counter, "training tokens processed by this site")          \
+    X(INTERVAL, "autoloco_interval_steps", gauge, "current sync interval H (inner steps)")         \
+    X(TRAIN_LOSS, "autoloco_train_loss", gauge, "mean train loss of this site's last interval")    \
+    X(EVAL_LOSS, "autoloco_eval_loss", gauge, "last validation loss (nats per token)")             \
+    X(OUTER_LR_SCALE, "autoloco_outer_lr_scale", gauge, "step scale of the last outer update")     \
+    X(OUTER_MU, "autoloco_outer_momentum_mu", gauge, "momentum decay mu_r of the last outer step") \
+    X(COMPUTE_S, "autoloco_compute_seconds_total", counter, "seconds spent in inner training")     \
+    X(COMM_S, "autoloco_communication_seconds_total", counter, "seconds spent exchanging shards")  \
+    X(WAIT_S, "autoloco_wait_seconds_total", counter, "seconds spent waiting for peers")           \
+    X(MEMBERS, "autoloco_members", gauge, "sites in the current membership")                       \
+    X(CKPT_AGE, "autoloco_checkpoint_age_seconds", gauge, "seconds since the last checkpoint")     \
+    X(BYTES_SENT, "autoloco_sent_bytes_total", counter, "bytes this site sent to peers")           \
+    X(BYTES_RECV, "autoloco_received_bytes_total", counter, "bytes this site received")            \
+    X(BYTES_RAW, "autoloco_uncompressed_bytes_total", counter,                                     \
+      "fp32 bytes the sent shards stood for before encoding")                                      \
+    X(BYTES_DILOCO, "autoloco_diloco_equivalent_bytes_total", counter,                             \
+      "bytes DiLoCo at H_base would have sent for the same inner steps")                           \
+    X(BYTES_DDP, "autoloco_ddp_equivalent_bytes_total", counter,                                   \
+      "bytes DDP (fp32 gradient all-reduce every step) would have sent")
+
+typedef enum {
+#define AL_M_ENUM(id, name, type, help) AL_M_##id,
+    AL_METRICS_TABLE(AL_M_ENUM)
+#undef AL_M_ENUM
+        AL_M_COUNT
+} al_metric_id;
+
+#define AL_METRICS_MAX_PEERS 64
+#define AL_METRICS_BUCKETS   12
+
+/* One closed round, as this site saw it. */
+typedef struct al_round_record {
+    long round, step; /* round index, inner step at its end */
+    long h;           /* interval that just closed */
+    long h_next;      /* the policy's decision */
+    int members;
+    double t;          /* unix seconds at commit */
+    double train_loss; /* this site */
+    double eval_loss;  /* NAN if not evaluated */
+    int nsites;
+    char sites[AL_METRICS_MAX_PEERS][32];
+    double site_loss[AL_METRICS_MAX_PEERS]; /* every member's train loss */
+    double bytes_sent, bytes_recv, bytes_raw, bytes_diloco, bytes_ddp; /* cumulative */
+    double compute_s, comm_s, wait_s;                                  /* this round */
+    double outer_lr_scale, outer_mu;
+} al_round_record;
+
+typedef struct al_metrics {
+    pthread_mutex_t lock;
+    char site[32];
+    double v[AL_M_COUNT];
+    int npeers;
+    char peer[AL_METRICS_MAX_PEERS][32];
+    double peer_sent[AL_METRICS_MAX_PEERS], peer_recv[AL_METRICS_MAX_PEERS];
+    double peer_busy_s[AL_METRICS_MAX_PEERS]; /* seconds spent sending to each peer */
+    double bucket[AL_METRICS_BUCKETS];        /* round durations: counts per bucket */
+    double dur_sum, dur_count;
+    al_round_record *rounds;
+    size_t nrounds, cap;
+    char events[64][160]; /* last membership / checkpoint events, JSON objects */
+    int nevents;
+    double started;
+} al_metrics;
+
+int al_metrics_init(al_metrics *m, const char *site, al_err *err);
+void al_metrics_free(al_metrics *m);
+void al_metrics_set(al_metrics *m, al_metric_id id, double v);
+void al_metrics_add(al_metrics *m, al_metric_id id, double dv);
+/* Per-peer bytes (peer added on first use); busy_s: seconds the transfer took. */
+void al_metrics_peer(al_metrics *m, const char *peer, double sent, double recv, double busy_s);
+void al_metrics_round_duration(al_metrics *m, double seconds);
+/* Append a round record (copied). */
+int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err);
+/* Membership or checkpoint event: kind "drop", "join", "checkpoint", ... */
+void al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step);
+
+/* Renderings, malloc'd and NUL-terminated (NULL if out of memory). */
+char *al_metrics_prometheus(al_metrics *m);
+char *al_metrics_status_json(al_metrics *m);
+char *al_metrics_rounds_json(al_metrics *m);
+/* One JSONL line (no newline) for a round record. */
+char *al_round_record_json(const char *site, const al_round_record *r);
+
+#endif

@@ -1,0 +1,410 @@
+/*
+ * test_http.c -- the agent's HTTP server and metrics renderings, over real
+ * sockets on 127.0.0.1:
+ *  - /metrics parses as the Prometheus text format, line by line (names, HELP
+ *    and TYPE lines before samples, label quoting and escapes, values), and
+ *    its counters equal what was recorded;
+ *  - /api/v1/status and /api/v1/rounds are JSON with the recorded values;
+ *  - unknown paths are 404, other methods 405, a huge URL or header is refused
+ *    and the server keeps serving;
+ *  - many slow clients holding connections open neither block metric updates
+ *    nor stop a normal request from being answered.
+ */
+#include "al_test.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "al_http.h"
+#include "al_metrics.h"
+
+static int connect_local(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Send a raw request, read the whole response; returns the status code. */
+static int http_raw(int port, const char *req, size_t reqlen, char **body) {
+    int fd = connect_local(port);
+    if (fd < 0) return -1;
+    size_t off = 0;
+    while (off < reqlen) {
+        ssize_t w = send(fd, req + off, reqlen - off, MSG_NOSIGNAL);
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r;
+    while ((r = recv(fd, buf + n, cap - n, 0)) > 0) {
+        n += (size_t)r;
+        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
+    }
+    buf[n] = '\0';
+    close(fd);
+    int code = -1;
+    sscanf(buf, "HTTP/1.%*d %d", &code);
+    char *b = strstr(buf, "\r\n\r\n");
+    if (body) *body = strdup(b ? b + 4 : "");
+    free(buf);
+    return code;
+}
+
+static int http_get(int port, const char *path, char **body) {
+    char req[512];
+    int n =
+        snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    return http_raw(port, req, (size_t)n, body);
+}
+
+/* ---- a Prometheus text-format checker -------------------------------------------- */
+
+static int metric_name_ok(const char *s, size_t n) {
+    if (n == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_' || s[0] == ':')) return 0;
+    for (size_t i = 1; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == ':')) return 0;
+    return 1;
+}
+
+/* Returns NULL if the text is valid, else a static description. Also counts samples. */
+static const char *check_prometheus(const char *text, int *samples, char *why, size_t cap) {
+    char typed[128][128];
+    int ntyped = 0;
+    *samples = 0;
+    int lineno = 0;
+    const char *p = text;
+    while (*p) {
+        const char *eol = strchr(p, '\n');
+        if (!eol) return "last line not terminated by a newline";
+        size_t len = (size_t)(eol - p);
+        lineno++;
+        char line[2048];
+        if (len >= sizeof line) return "line too long";
+        memcpy(line, p, len);
+        line[len] = '\0';
+        p = eol + 1;
+        if (len == 0) continue;
+        if (line[0] == '#') {
+            char kw[16], name[128], rest[1024] = "";
+            int k = sscanf(line, "# %15s %127s %1023[^\n]", kw, name, rest);
+            if (k >= 2 && !strcmp(kw, "TYPE")) {
+                if (!metric_name_ok(name, strlen(name))) return "bad name in TYPE";
+                if (strcmp(rest, "counter") && strcmp(rest, "gauge") && strcmp(rest, "histogram") &&
+                    strcmp(rest, "summary") && strcmp(rest, "untyped"))
+                    return "bad TYPE";
+                for (int i = 0; i < ntyped; i++)
+                    if (!strcmp(typed[i], name)) return "TYPE given twice";
+                snprintf(typed[ntyped++], sizeof typed[0], "%s", name);
+            } else if (k >= 2 && !strcmp(kw, "HELP")) {
+                if (!metric_name_ok(name, strlen(name))) return "bad name in HELP";
+            }
+            continue;
+        }
+        /* sample: name[{labels}] value */
+        size_t i = 0;
+        while (line[i] && line[i] != '{' && line[i] != ' ') i++;
+        if (!metric_name_ok(line, i)) {
+            snprintf(why, cap, "line %d: bad metric name", lineno);
+            return why;
+        }
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)i, line);
+        /* its family must have been TYPEd before (histogram suffixes allowed) */
+        int found = 0;
+        for (int t = 0; t < ntyped && !found; t++) {
+            size_t tl = strlen(typed[t]);
+            if (!strcmp(name, typed[t]))
+                found = 1;
+            else if (!strncmp(name, typed[t], tl) &&
+                     (!strcmp(name + tl, "_bucket") || !strcmp(name + tl, "_sum") ||
+                      !strcmp(name + tl, "_count")))
+                found = 1;
+        }
+        if (!found) {
+            snprintf(why, cap, "line %d: sample %s before its TYPE", lineno, name);
+            return why;
+        }
+        if (line[i] == '{') {
+            i++;
+            while (line[i] != '}') {
+                size_t s = i;
+                while (isalnum((unsigned char)line[i]) || line[i] == '_') i++;
+                if (i == s || isdigit((unsigned char)line[s]) || line[i] != '=' ||
+                    line[i + 1] != '"') {
+                    snprintf(why, cap, "line %d: bad label", lineno);
+                    return why;
+                }
+                i += 2;
+                while (line[i] && line[i] != '"') {
+                    if (line[i] == '\\') {
+                        if (line[i + 1] != '\\' && line[i + 1] != '"' && line[i + 1] != 'n') {
+                            snprintf(why, cap, "line %d: bad escape", lineno);
+                            return why;
+                        }
+                        i++;
+                    }
+                    i++;
+                }
+                if (line[i] != '"') return "unterminated label value";
+                i++;
+                if (line[i] == ',')
+                    i++;
+                else if (line[i] != '}')
+                    return "bad label separator";
+            }
+            i++;
+        }
+        if (line[i] != ' ') return "no space before value";
+        const char *v = line + i + 1;
+        char *end;
+        strtod(v, &end);
+        if (end == v && strcmp(v, "NaN") && strcmp(v, "+Inf") && strcmp(v, "-Inf")) {
+            snprintf(why, cap, "line %d: bad value '%s'", lineno, v);
+            return why;
+        }
+        (*samples)++;
+    }
+    return NULL;
+}
+
+/* value of the sample line starting with `prefix` */
+static double sample(const char *text, const char *prefix) {
+    const char *p = strstr(text, prefix);
+    if (!p) fail_msg("no sample %s", prefix);
+    p = strchr(p, ' ');
+    return strtod(p + 1, NULL);
+}
+
+static al_metrics g_m;
+static al_http *g_h;
+
+static int setup(void **state) {
+    (void)state;
+    al_err err = {0};
+    if (al_metrics_init(&g_m, "site-\"a\"", &err)) return -1;
+    al_http_cfg cfg = {"127.0.0.1", 0, 64, 3};
+    if (al_http_start(&g_h, &cfg, &g_m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    /* a plausible run: 3 rounds */
+    for (int r = 1; r <= 3; r++) {
+        al_round_record rec = {0};
+        rec.round = r;
+        rec.step = 50L * r;
+        rec.h = 50;
+        rec.h_next = 50 + 10 * r;
+        rec.members = 2;
+        rec.nsites = 2;
+        snprintf(rec.sites[0], 32, "a");
+        snprintf(rec.sites[1], 32, "b");
+        rec.site_loss[0] = 3.0 - 0.1 * r;
+        rec.site_loss[1] = 3.1 - 0.1 * r;
+        rec.train_loss = rec.site_loss[0];
+        rec.eval_loss = r == 3 ? 2.5 : NAN;
+        rec.bytes_sent = 1000.0 * r;
+        rec.bytes_diloco = 1500.0 * r;
+        rec.bytes_ddp = 100000.0 * r;
+        rec.bytes_raw = 7000.0 * r;
+        rec.compute_s = 1.0;
+        rec.comm_s = 0.2;
+        rec.wait_s = 0.05;
+        assert_int_equal(al_metrics_add_round(&g_m, &rec, &err), 0);
+        al_metrics_round_duration(&g_m, 1.25);
+    }
+    al_metrics_set(&g_m, AL_M_BYTES_SENT, 3000);
+    al_metrics_set(&g_m, AL_M_BYTES_DILOCO, 4500);
+    al_metrics_set(&g_m, AL_M_BYTES_DDP, 300000);
+    al_metrics_set(&g_m, AL_M_BYTES_RAW, 21000);
+    al_metrics_add(&g_m, AL_M_SYNCS, 3);
+    al_metrics_peer(&g_m, "b", 3000, 2900, 0.5);
+    al_metrics_event(&g_m, "drop", "b", 2, 100);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    al_http_stop(g_h);
+    al_metrics_free(&g_m);
+    return 0;
+}
+
+static void test_metrics_format(void **state) {
+    (void)state;
+    int port = al_http_port(g_h);
+    char *body;
+    assert_int_equal(http_get(port, "/metrics", &body), 200);
+    int samples;
+    char why[256];
+    const char *bad = check_prometheus(body, &samples, why, sizeof why);
+    if (bad) fail_msg("not Prometheus text: %s", bad);
+    print_message("  /metrics: %d samples, valid\n", samples);
+    assert_true(samples >= AL_M_COUNT + 2 + 14);
+    /* the site label's quote was escaped, and the counters are what we recorded */
+    assert_non_null(strstr(body, "site=\"site-\\\"a\\\"\""));
+    assert_true(sample(body, "autoloco_sent_bytes_total{") == 3000);
+    assert_true(sample(body, "autoloco_syncs_total{") == 3);
+    assert_true(sample(body, "autoloco_peer_received_bytes_total{") == 2900);
+    assert_true(sample(body, "autoloco_round_duration_seconds_count{") == 3);
+    assert_true(
+        sample(body, "autoloco_round_duration_seconds_bucket{site=\"site-\\\"a\\\"\",le=\"1\"}") ==
+        0);
+    assert_true(
+        sample(body,
+               "autoloco_round_duration_seconds_bucket{site=\"site-\\\"a\\\"\",le=\"2.5\"}") == 3);
+    free(body);
+    /* the checker itself rejects what it should */
+    const char *wrong[] = {"x 1\n",
+                           "# TYPE x counter\nx{a=\"b} 1\n",
+                           "# TYPE x counter\nx 1",
+                           "# TYPE x counter\nx{a=\"\\q\"} 1\n",
+                           "# TYPE x blob\n",
+                           "# TYPE x counter\nx abc\n",
+                           "# TYPE 9x counter\n"};
+    for (size_t i = 0; i < AL_ARRAY_LEN(wrong); i++)
+        assert_non_null(check_prometheus(wrong[i], &samples, why, sizeof why));
+}
+
+static void test_json_api(void **state) {
+    (void)state;
+    int port = al_http_port(g_h);
+    char *body;
+    assert_int_equal(http_get(port, "/api/v1/status", &body), 200);
+    json_t *s = json_loads(body, 0, NULL);
+    assert_non_null(s);
+    assert_true(json_real_value(json_object_get(s, "bytes_sent")) == 3000);
+    double pct = json_real_value(json_object_get(s, "savings_vs_diloco_pct"));
+    assert_true(fabs(pct - 100.0 * (1 - 3000.0 / 4500.0)) < 1e-9);
+    assert_true(fabs(json_real_value(json_object_get(s, "compression_ratio")) - 7.0) < 1e-12);
+    json_decref(s);
+    free(body);
+    assert_int_equal(http_get(port, "/api/v1/rounds", &body), 200);
+    json_t *r = json_loads(body, 0, NULL);
+    assert_non_null(r);
+    json_t *rounds = json_object_get(r, "rounds");
+    assert_int_equal(json_array_size(rounds), 3);
+    json_t *last = json_array_get(rounds, 2);
+    assert_true(fabs(json_real_value(json_object_get(json_object_get(last, "losses"), "b")) -
+                     (3.1 - 0.1 * 3)) < 1e-12);
+    assert_true(json_is_null(json_object_get(json_array_get(rounds, 0), "eval_loss")));
+    assert_int_equal(json_array_size(json_object_get(r, "events")), 1);
+    json_decref(r);
+    free(body);
+    assert_int_equal(http_get(port, "/", &body), 200);
+    assert_non_null(strstr(body, "<title>autoloco dashboard</title>"));
+    free(body);
+}
+
+static void test_bad_requests(void **state) {
+    (void)state;
+    int port = al_http_port(g_h);
+    char *body;
+    assert_int_equal(http_get(port, "/nope", &body), 404);
+    free(body);
+    assert_int_equal(http_get(port, "/metrics/../etc/passwd", &body), 404);
+    free(body);
+    const char post[] = "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+                        "Connection: close\r\n\r\nhi";
+    assert_int_equal(http_raw(port, post, sizeof post - 1, &body), 405);
+    free(body);
+    /* a 100 KB URL and a 100 KB header: refused with an error status */
+    size_t big = 100000;
+    char *req = malloc(big + 200);
+    int n = sprintf(req, "GET /");
+    memset(req + n, 'a', big);
+    n += (int)big;
+    n += sprintf(req + n, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    int code = http_raw(port, req, (size_t)n, &body);
+    print_message("  100 KB URL -> %d\n", code);
+    assert_true(code == 414 || code == 431 || code == 400);
+    free(body);
+    n = sprintf(req, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ");
+    memset(req + n, 'b', big);
+    n += (int)big;
+    n += sprintf(req + n, "\r\nConnection: close\r\n\r\n");
+    code = http_raw(port, req, (size_t)n, &body);
+    print_message("  100 KB header -> %d\n", code);
+    assert_true(code == 431 || code == 413 || code == 400);
+    free(body);
+    free(req);
+    /* garbage that is not HTTP */
+    code = http_raw(port, "\x01\x02\x03\r\n\r\n", 7, &body);
+    assert_true(code == 400 || code == -1);
+    free(body);
+    /* still serving */
+    assert_int_equal(http_get(port, "/api/v1/status", &body), 200);
+    free(body);
+}
+
+static void test_slow_clients(void **state) {
+    (void)state;
+    int port = al_http_port(g_h);
+    enum { SLOW = 40 };
+    int fds[SLOW];
+    for (int i = 0; i < SLOW; i++) {
+        fds[i] = connect_local(port);
+        assert_true(fds[i] >= 0);
+        send(fds[i], "GET /metr", 9, MSG_NOSIGNAL); /* and never finish */
+    }
+    /* the training side keeps updating without waiting on any client */
+    double worst = 0;
+    for (int i = 0; i < 20000; i++) {
+        double t0 = al_now();
+        al_metrics_add(&g_m, AL_M_INNER_STEPS, 1);
+        double dt = al_now() - t0;
+        if (dt > worst) worst = dt;
+    }
+    print_message("  %d slow clients: worst metric update %.3f ms\n", SLOW, worst * 1e3);
+    assert_true(worst < 0.1); /* 100 ms: nothing blocks on the slow sockets */
+    char *body;
+    double t0 = al_now();
+    assert_int_equal(http_get(port, "/api/v1/status", &body), 200);
+    print_message("  a normal request alongside them: %.1f ms\n", (al_now() - t0) * 1e3);
+    free(body);
+    for (int i = 0; i < SLOW; i++) close(fds[i]);
+}
+
+static void test_round_record_jsonl(void **state) {
+    (void)state;
+    al_round_record rec = {0};
+    rec.round = 7;
+    rec.step = 350;
+    rec.h = 50;
+    rec.eval_loss = NAN;
+    rec.nsites = 1;
+    snprintf(rec.sites[0], 32, "a");
+    rec.site_loss[0] = 2.0;
+    char *s = al_round_record_json("a", &rec);
+    assert_non_null(s);
+    assert_null(strchr(s, '\n'));
+    json_t *o = json_loads(s, 0, NULL);
+    assert_non_null(o);
+    assert_string_equal(json_string_value(json_object_get(o, "event")), "round");
+    assert_int_equal(json_integer_value(json_object_get(o, "step")), 350);
+    assert_true(json_is_null(json_object_get(o, "eval_loss")));
+    json_decref(o);
+    free(s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_metrics_format),     cmocka_unit_test(test_json_api),
+        cmocka_unit_test(test_bad_requests),       cmocka_unit_test(test_slow_clients),
+        cmocka_unit_test(test_round_record_jsonl),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
