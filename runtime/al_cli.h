@@ -18,6 +18,7 @@
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner")                                            \
+    X("certs", al_cmd_certs, "create a run's CA and per-site mTLS keys and certificates")          \
     X("version", al_cmd_version, "print the version")
 
 /* X(name, function, one-line summary) for `autoloco bench NAME`. */
