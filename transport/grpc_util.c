@@ -106,8 +106,10 @@ void tu_args_init(tu_args *t, size_t max_message, const char *peer, int server) 
         t->a[n++] = int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 20000);
         t->a[n++] = int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
         t->a[n++] = int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-        /* reconnect quickly after a cut; our retries add their own backoff */
-        t->a[n++] = int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+        /* reconnect quickly after a cut; our retries add their own backoff. (gRPC
+         * also uses the *minimum* backoff as the connect timeout -- TCP + TLS +
+         * HTTP/2 SETTINGS -- so it must allow a few WAN round trips.) */
+        t->a[n++] = int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10000);
         t->a[n++] = int_arg(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
         t->a[n++] = int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
         if (peer) {
