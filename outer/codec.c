@@ -44,6 +44,11 @@ static inline uint64_t xxh_merge(uint64_t acc, uint64_t v) {
 }
 
 uint64_t al_xxh64(const void *data, size_t len, uint64_t seed) {
+    static const uint8_t empty[1];
+    if (!data) { /* protobuf-c gives NULL for an empty bytes field: no pointer arithmetic on it */
+        data = empty;
+        len = 0;
+    }
     const uint8_t *p = data, *end = p + len;
     uint64_t h;
     if (len >= 32) {

@@ -125,6 +125,7 @@ static void test_xxh64_vectors(void **state) {
     (void)state;
     /* published XXH64 test values */
     assert_true(al_xxh64("", 0, 0) == 0xEF46DB3751D8E999ull);
+    assert_true(al_xxh64(NULL, 0, 0) == 0xEF46DB3751D8E999ull); /* protobuf-c's empty bytes */
     assert_true(al_xxh64("abc", 3, 0) == 0x44BC2CF5AD770999ull);
     const char *s = "Nobody inspects the spammish repetition";
     assert_true(al_xxh64(s, strlen(s), 0) == 0xFBCEA83C8A378BF1ull);
