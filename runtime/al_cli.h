@@ -19,10 +19,14 @@
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner")                                            \
     X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \
+    X("certs", al_cmd_certs, "create a run's CA and per-site mTLS keys and certificates")          \
+    X("wanem", al_cmd_wanem, "WAN emulator: a TCP proxy with rate, latency, scheduled cuts")       \
     X("version", al_cmd_version, "print the version")
 
 /* X(name, function, one-line summary) for `autoloco bench NAME`. */
-#define AL_BENCHES(X) X("inner", al_bench_inner, "time training steps against OpenBLAS sgemm")
+#define AL_BENCHES(X)                                                                              \
+    X("inner", al_bench_inner, "time training steps against OpenBLAS sgemm")                       \
+    X("transport", al_bench_transport, "cross-site link: mTLS vs insecure MB/s, codecs")
 
 #define AL_CMD_DECL(name, fn, summary) int fn(int argc, char **argv, al_err *err);
 AL_COMMANDS(AL_CMD_DECL)

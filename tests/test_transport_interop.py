@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+"""An independent client against the C server: Debian's python3-grpcio and
+python3-protobuf, messages generated from transport/proto/autoloco.proto by
+Debian's protoc. Sends a handshake and shard chunks over mutual TLS, checks
+the replies, then provokes each refusal of issue 4 and checks its status.
+
+usage: test_transport_interop.py AUTOLOCO TEST_SERVER PROTO_DIR
+Exits 77 (meson's "skipped") when grpcio, protobuf or protoc is missing.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SKIP = 77
+
+
+def skip(why):
+    print("SKIP:", why)
+    sys.exit(SKIP)
+
+
+try:
+    import grpc
+    import google.protobuf  # noqa: F401
+except ImportError as e:  # run under /usr/bin/python3 with Debian's packages
+    skip(f"{e} (apt-get install python3-grpcio python3-protobuf)")
+if not shutil.which("protoc"):
+    skip("protoc not found (apt-get install protobuf-compiler)")
+
+AUTOLOCO, SERVER, PROTO_DIR = sys.argv[1:4]
+M64 = (1 << 64) - 1
+P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
+                      0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
+
+
+def rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & M64
+
+
+def xxh64(data, seed=0):
+    """XXH64, written from the specification: an independent check of ours."""
+    n, p = len(data), 0
+
+    def rnd(acc, v):
+        return (rotl((acc + v * P2) & M64, 31) * P1) & M64
+
+    if n >= 32:
+        v = [(seed + P1 + P2) & M64, (seed + P2) & M64, seed, (seed - P1) & M64]
+        while p + 32 <= n:
+            for i in range(4):
+                v[i] = rnd(v[i], int.from_bytes(data[p + 8 * i:p + 8 * i + 8], "little"))
+            p += 32
+        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & M64
+        for x in v:
+            h = ((h ^ rnd(0, x)) * P1 + P4) & M64
+    else:
+        h = (seed + P5) & M64
+    h = (h + n) & M64
+    while p + 8 <= n:
+        h = (rotl(h ^ rnd(0, int.from_bytes(data[p:p + 8], "little")), 27) * P1 + P4) & M64
+        p += 8
+    if p + 4 <= n:
+        h = (rotl(h ^ (int.from_bytes(data[p:p + 4], "little") * P1 & M64), 23) * P2 + P3) & M64
+        p += 4
+    while p < n:
+        h = (rotl(h ^ (data[p] * P5 & M64), 11) * P1) & M64
+        p += 1
+    h ^= h >> 33
+    h = (h * P2) & M64
+    h ^= h >> 29
+    h = (h * P3) & M64
+    return h ^ (h >> 32)
+
+
+assert xxh64(b"") == 0xEF46DB3751D8E999 and xxh64(b"abc") == 0x44BC2CF5AD770999
+
+failures = []
+
+
+def check(what, cond, detail=""):
+    print(("ok   " if cond else "FAIL ") + what + (f"  [{detail}]" if detail else ""))
+    if not cond:
+        failures.append(what)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="al-interop-")
+    try:
+        run(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"{len(failures)} failure(s):", ", ".join(failures))
+        sys.exit(1)
+    print("all interop checks passed")
+
+
+def run(tmp):
+    certs, other = os.path.join(tmp, "certs"), os.path.join(tmp, "other")
+    subprocess.run([AUTOLOCO, "certs", "--dir", certs, "--sites", "a,b,c,mallory"], check=True)
+    subprocess.run([AUTOLOCO, "certs", "--dir", other, "--sites", "b"], check=True)
+    gen = os.path.join(tmp, "gen")
+    os.mkdir(gen)
+    subprocess.run(["protoc", f"--python_out={gen}", f"--proto_path={PROTO_DIR}",
+                    os.path.join(PROTO_DIR, "autoloco.proto")], check=True)
+    sys.path.insert(0, gen)
+    import autoloco_pb2 as pb
+
+    max_msg = (1 << 20) + (64 << 10)
+    srv = subprocess.Popen([SERVER, certs, "a", "b,c", "run-1", str(max_msg)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        line = srv.stdout.readline().split()
+        if len(line) != 2 or line[0] != "PORT":
+            raise RuntimeError(f"server did not start: {line}")
+        target = f"127.0.0.1:{line[1]}"
+        exercise(pb, certs, other, target, srv)
+    finally:
+        srv.stdin.close()
+        rest = srv.stdout.read()
+        rc = srv.wait(timeout=60)
+        check("server stops cleanly when asked", rc == 0 and "STOPPED" in rest, f"rc={rc}")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def channel(certs_ca, certs, site, target):
+    cert = (read(os.path.join(certs, f"{site}.key")), read(os.path.join(certs, f"{site}.pem"))) \
+        if site else (None, None)
+    creds = grpc.ssl_channel_credentials(read(os.path.join(certs_ca, "ca.pem")), *cert)
+    opts = [("grpc.ssl_target_name_override", "a"),
+            ("grpc.max_send_message_length", 8 << 20),
+            ("grpc.max_receive_message_length", 8 << 20)]
+    return grpc.secure_channel(target, creds, options=opts)
+
+
+def code_of(fn):
+    try:
+        fn()
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+
+
+def exercise(pb, certs, other, target, srv):
+    ch = channel(certs, certs, "b", target)
+    ident = (lambda b: b)
+    hello = ch.unary_unary("/autoloco.v1.Site/Hello", request_serializer=pb.Handshake.SerializeToString,
+                           response_deserializer=pb.HandshakeReply.FromString)
+    push = ch.stream_unary("/autoloco.v1.Site/PushShard",
+                           request_serializer=pb.ShardChunk.SerializeToString,
+                           response_deserializer=pb.ShardAck.FromString)
+    ping = ch.unary_unary("/autoloco.v1.Site/Ping", request_serializer=pb.Heartbeat.SerializeToString,
+                          response_deserializer=pb.Heartbeat.FromString)
+    raw_hello = ch.unary_unary("/autoloco.v1.Site/Hello", request_serializer=ident,
+                               response_deserializer=ident)
+
+    def handshake(site="b"):
+        return pb.Handshake(schema=1, site=site, run_id="run-1", round=10, epoch=2,
+                            theta_hash=bytes(32), config_hash=bytes(32), next_interval=20,
+                            members=["a", "b"])
+
+    rep = hello(handshake(), timeout=20)
+    check("handshake answered by site a", rep.server.site == "a" and rep.server.next_interval == 25,
+          f"site={rep.server.site} H={rep.server.next_interval}")
+
+    data = bytes((i * 31 + (i >> 9)) & 0xFF for i in range(2_500_000))
+    total, cs = len(data), xxh64(data)
+
+    def chunks(d=data, shard=1, step=1 << 20, **over):
+        for off in range(0, len(d), step):
+            part = d[off:off + step]
+            fields = dict(schema=1, site="b", round=10, epoch=2, phase=pb.PHASE_REDUCE,
+                          shard_id=shard, num_shards=4, offset=off, total_bytes=len(d),
+                          codec=pb.CODEC_INT4, zstd=True, payload=part, checksum=xxh64(part),
+                          shard_checksum=xxh64(d))
+            fields.update(over)
+            yield pb.ShardChunk(**fields)
+
+    ack = push(chunks(), timeout=60)
+    check("shard of 3 chunks acknowledged", ack.complete and ack.received_bytes == total,
+          f"received={ack.received_bytes}")
+    got = srv.stdout.readline().split()
+    check("server assembled the same bytes", got == ["SHARD", "b", "1", str(total), f"{cs:016x}"],
+          " ".join(got))
+
+    small = bytes(range(256)) * 4
+    wrong_run = handshake()
+    wrong_run.run_id = "run-2"
+    cases = [
+        ("duplicate shard", lambda: push(chunks(), timeout=20), grpc.StatusCode.ALREADY_EXISTS),
+        ("malformed protobuf", lambda: raw_hello(b"\xff\xff\xff\xff\x0f", timeout=20),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        ("wrong offset", lambda: push(chunks(small, shard=0, offset=64, total_bytes=2048), timeout=20),
+         grpc.StatusCode.OUT_OF_RANGE),
+        ("wrong shard size", lambda: push(chunks(small, shard=0, total_bytes=4096), timeout=20),
+         grpc.StatusCode.OUT_OF_RANGE),
+        ("shard id out of range", lambda: push(chunks(small, shard=4), timeout=20),
+         grpc.StatusCode.OUT_OF_RANGE),
+        ("stale round", lambda: push(chunks(small, shard=0, round=9), timeout=20),
+         grpc.StatusCode.FAILED_PRECONDITION),
+        ("stale epoch", lambda: push(chunks(small, shard=0, epoch=1), timeout=20),
+         grpc.StatusCode.FAILED_PRECONDITION),
+        ("unknown codec", lambda: push(chunks(small, shard=0, codec=7), timeout=20),
+         grpc.StatusCode.UNIMPLEMENTED),
+        ("bad checksum", lambda: push(chunks(small, shard=0, checksum=12345), timeout=20),
+         grpc.StatusCode.DATA_LOSS),
+        ("oversize message", lambda: push(chunks(bytes(2 << 20), shard=0, step=2 << 20), timeout=20),
+         grpc.StatusCode.RESOURCE_EXHAUSTED),
+        ("another site's name", lambda: hello(handshake("c"), timeout=20),
+         grpc.StatusCode.PERMISSION_DENIED),
+        ("wrong run id", lambda: hello(wrong_run, timeout=20), grpc.StatusCode.FAILED_PRECONDITION),
+    ]
+    for what, fn, want in cases:
+        code, details = code_of(fn)
+        check(f"{what} -> {want.name}", code == want, f"{code.name}: {details}")
+
+    for what, ca_dir, cert_dir, site in [("client certificate from another CA", certs, other, "b"),
+                                         ("no client certificate", certs, certs, None)]:
+        bad = channel(ca_dir, cert_dir, site, target)
+        f = bad.unary_unary("/autoloco.v1.Site/Hello",
+                            request_serializer=pb.Handshake.SerializeToString,
+                            response_deserializer=pb.HandshakeReply.FromString)
+        code, details = code_of(lambda: f(handshake(), timeout=10))
+        check(f"{what} -> UNAVAILABLE", code == grpc.StatusCode.UNAVAILABLE, f"{code.name}: {details}")
+        bad.close()
+
+    mal = channel(certs, certs, "mallory", target)
+    f = mal.unary_unary("/autoloco.v1.Site/Hello", request_serializer=pb.Handshake.SerializeToString,
+                        response_deserializer=pb.HandshakeReply.FromString)
+    code, details = code_of(lambda: f(handshake("mallory"), timeout=10))
+    check("unlisted site -> PERMISSION_DENIED", code == grpc.StatusCode.PERMISSION_DENIED,
+          f"{code.name}: {details}")
+    mal.close()
+
+    # meanwhile the server kept serving: a heartbeat and a second good shard
+    hb = ping(pb.Heartbeat(schema=1, site="b", round=10, epoch=2), timeout=20)
+    check("heartbeat answered after the refusals", hb.site == "a" and hb.sent_unix_ms > 0)
+    ack = push(chunks(small, shard=2), timeout=20)
+    check("a good shard still accepted", ack.complete and ack.received_bytes == len(small))
+    got = srv.stdout.readline().split()
+    check("and assembled", got[:4] == ["SHARD", "b", "2", str(len(small))], " ".join(got))
+    ch.close()
+
+
+if __name__ == "__main__":
+    main()

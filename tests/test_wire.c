@@ -1,0 +1,251 @@
+/*
+ * test_wire.c -- validation of every received field (transport/wire.c),
+ * without a network: a valid message passes, and each field made invalid in
+ * turn is refused with its status and a reason naming the field.
+ */
+#include "al_test.h"
+
+#include <string.h>
+
+#include "al_codec.h"
+#include "wire.h"
+
+static char why[400];
+
+#define EXPECT(call, st, field)                                                                    \
+    do {                                                                                           \
+        why[0] = '\0';                                                                             \
+        int got_ = (call);                                                                         \
+        if (got_ != (st))                                                                          \
+            fail_msg("%s: status %s, expected %s (%s)", #call, al_status_name(got_),               \
+                     al_status_name(st), why);                                                     \
+        if ((st) && !strstr(why, field)) fail_msg("reason '%s' does not name '%s'", why, field);   \
+    } while (0)
+
+static uint8_t hash[32];
+
+static Autoloco__V1__Handshake good_hello(void) {
+    Autoloco__V1__Handshake m = AUTOLOCO__V1__HANDSHAKE__INIT;
+    m.schema = AL_SCHEMA;
+    m.site = (char *)"site-a.eu";
+    m.run_id = (char *)"run-2025-01";
+    m.theta_hash.data = hash;
+    m.theta_hash.len = 32;
+    m.config_hash.data = hash;
+    m.config_hash.len = 32;
+    m.next_interval = 40;
+    return m;
+}
+
+static void test_hello(void **state) {
+    (void)state;
+    Autoloco__V1__Handshake m = good_hello();
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_OK, "");
+    m.schema = 2;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_FAILED_PRECONDITION, "schema");
+    m = good_hello();
+    m.site = (char *)"";
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "site");
+    char longname[80];
+    memset(longname, 'x', 65);
+    longname[65] = '\0';
+    m.site = longname;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "site");
+    m.site = (char *)"a b";
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "site");
+    m = good_hello();
+    m.run_id = (char *)"";
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "run_id");
+    m.run_id = (char *)"run\n1";
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "run_id");
+    m = good_hello();
+    m.theta_hash.len = 31;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "theta_hash");
+    m = good_hello();
+    m.config_hash.len = 0;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "config_hash");
+    m = good_hello();
+    m.next_interval = 0;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "next_interval");
+    m.next_interval = AL_INTERVAL_MAX + 1;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "next_interval");
+    m = good_hello();
+    char *members[] = {(char *)"a", (char *)"b;rm"};
+    m.members = members;
+    m.n_members = 2;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "members[1]");
+    m.n_members = AL_MEMBERS_MAX + 1;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "members");
+
+    /* conversions both ways keep every field */
+    al_hello h = {.round = 3, .epoch = 4, .next_interval = 77, .n_members = 1};
+    snprintf(h.site, sizeof h.site, "x");
+    snprintf(h.run_id, sizeof h.run_id, "r");
+    snprintf(h.members[0], sizeof h.members[0], "y");
+    h.theta_hash[5] = 9;
+    char *mem[16];
+    wire_hello_to(&m, &h, mem);
+    al_hello back;
+    wire_hello_from(&back, &m);
+    assert_memory_equal(&back, &h, sizeof h);
+}
+
+static uint8_t payload[4096];
+
+static Autoloco__V1__ShardChunk good_chunk(void) {
+    Autoloco__V1__ShardChunk m = AUTOLOCO__V1__SHARD_CHUNK__INIT;
+    m.schema = AL_SCHEMA;
+    m.site = (char *)"b";
+    m.phase = AUTOLOCO__V1__PHASE__PHASE_GATHER;
+    m.shard_id = 3;
+    m.num_shards = 4;
+    m.offset = 1000;
+    m.total_bytes = 10000;
+    m.codec = AUTOLOCO__V1__CODEC__CODEC_INT4;
+    m.payload.data = payload;
+    m.payload.len = sizeof payload;
+    m.checksum = al_xxh64(payload, sizeof payload, 0);
+    return m;
+}
+
+static void test_chunk(void **state) {
+    (void)state;
+    wire_limits lim = {.num_shards = 4, .max_shard_bytes = 1 << 20, .max_payload = 8192};
+    Autoloco__V1__ShardChunk m = good_chunk();
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OK, "");
+    m.phase = AUTOLOCO__V1__PHASE__PHASE_UNSPECIFIED;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_INVALID_ARGUMENT, "phase");
+    m = good_chunk();
+    m.codec = AUTOLOCO__V1__CODEC__CODEC_UNSPECIFIED;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_UNIMPLEMENTED, "codec");
+    m = good_chunk();
+    m.shard_id = 4;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "shard_id");
+    m = good_chunk();
+    m.num_shards = 5;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "num_shards");
+    m = good_chunk();
+    m.total_bytes = 0;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "total_bytes");
+    m.total_bytes = (1 << 20) + 1;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "total_bytes");
+    m = good_chunk();
+    m.payload.len = 0;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "payload");
+    lim.max_payload = 4095;
+    m = good_chunk();
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "payload");
+    lim.max_payload = 8192;
+    m.offset = 10000 - 4095; /* one byte past the end */
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "offset");
+    m.offset = UINT64_MAX - 10; /* no wrap-around */
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "offset");
+    m = good_chunk();
+    m.checksum ^= 1u << 20;
+    EXPECT(wire_check_chunk(&m, &lim, why, sizeof why), AL_ST_DATA_LOSS, "checksum");
+
+    Autoloco__V1__ShardQuery q = AUTOLOCO__V1__SHARD_QUERY__INIT;
+    q.schema = AL_SCHEMA;
+    q.site = (char *)"b";
+    q.phase = AUTOLOCO__V1__PHASE__PHASE_REDUCE;
+    EXPECT(wire_check_query(&q, &lim, why, sizeof why), AL_ST_OK, "");
+    q.shard_id = 9;
+    EXPECT(wire_check_query(&q, &lim, why, sizeof why), AL_ST_OUT_OF_RANGE, "shard_id");
+}
+
+static void test_stats_state_heartbeat(void **state) {
+    (void)state;
+    Autoloco__V1__Stats s = AUTOLOCO__V1__STATS__INIT;
+    s.schema = AL_SCHEMA;
+    s.site = (char *)"b";
+    s.mean_loss = -0.5; /* a loss may be negative (a log-likelihood); only finite matters */
+    s.steps = 10;
+    EXPECT(wire_check_stats(&s, why, sizeof why), AL_ST_OK, "");
+    s.mean_loss = INFINITY;
+    EXPECT(wire_check_stats(&s, why, sizeof why), AL_ST_INVALID_ARGUMENT, "mean_loss");
+    s.mean_loss = 1;
+    s.grad_norm = -1;
+    EXPECT(wire_check_stats(&s, why, sizeof why), AL_ST_INVALID_ARGUMENT, "grad_norm");
+    s.grad_norm = 0;
+    s.delta_sq_norm = NAN;
+    EXPECT(wire_check_stats(&s, why, sizeof why), AL_ST_INVALID_ARGUMENT, "delta_sq_norm");
+    s.delta_sq_norm = 0;
+    s.inner_lr_sum = -1e-9;
+    EXPECT(wire_check_stats(&s, why, sizeof why), AL_ST_INVALID_ARGUMENT, "inner_lr_sum");
+    s.inner_lr_sum = 0;
+    s.compute_s = NAN;
+    EXPECT(wire_check_stats(&s, why, sizeof why), AL_ST_INVALID_ARGUMENT, "compute_s");
+    s.compute_s = 0;
+    s.steps = 0;
+    EXPECT(wire_check_stats(&s, why, sizeof why), AL_ST_INVALID_ARGUMENT, "steps");
+
+    Autoloco__V1__StateRequest r = AUTOLOCO__V1__STATE_REQUEST__INIT;
+    r.schema = AL_SCHEMA;
+    r.site = (char *)"b";
+    r.run_id = (char *)"r";
+    r.part = AUTOLOCO__V1__STATE_PART__STATE_THETA;
+    EXPECT(wire_check_state_request(&r, why, sizeof why), AL_ST_OK, "");
+    r.part = (Autoloco__V1__StatePart)4;
+    EXPECT(wire_check_state_request(&r, why, sizeof why), AL_ST_INVALID_ARGUMENT, "part");
+
+    Autoloco__V1__StateChunk c = AUTOLOCO__V1__STATE_CHUNK__INIT;
+    c.schema = AL_SCHEMA;
+    c.part = AUTOLOCO__V1__STATE_PART__STATE_MOMENTUM;
+    c.total_bytes = 5000;
+    c.payload.data = payload;
+    c.payload.len = 4096;
+    c.checksum = al_xxh64(payload, 4096, 0);
+    EXPECT(wire_check_state_chunk(&c, 5000, why, sizeof why), AL_ST_OK, "");
+    EXPECT(wire_check_state_chunk(&c, 4999, why, sizeof why), AL_ST_OUT_OF_RANGE, "total_bytes");
+    c.offset = 1000;
+    EXPECT(wire_check_state_chunk(&c, 5000, why, sizeof why), AL_ST_OUT_OF_RANGE, "offset");
+    c.offset = 0;
+    c.checksum++;
+    EXPECT(wire_check_state_chunk(&c, 5000, why, sizeof why), AL_ST_DATA_LOSS, "checksum");
+
+    Autoloco__V1__Heartbeat h = AUTOLOCO__V1__HEARTBEAT__INIT;
+    h.schema = AL_SCHEMA;
+    h.site = (char *)"b";
+    EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_OK, "");
+    h.site = NULL;
+    EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_INVALID_ARGUMENT, "site");
+}
+
+static void test_unpack(void **state) {
+    (void)state;
+    ProtobufCMessage *m = NULL;
+    const uint8_t junk[] = {0x0a, 0x05, 'a'}; /* a string field longer than the buffer */
+    EXPECT(wire_unpack(&autoloco__v1__handshake__descriptor, junk, sizeof junk, &m, why, sizeof why),
+           AL_ST_INVALID_ARGUMENT, "malformed Handshake");
+    assert_null(m);
+    Autoloco__V1__ShardChunk ch = good_chunk();
+    size_t n = protobuf_c_message_get_packed_size(&ch.base);
+    uint8_t *buf = malloc(n);
+    protobuf_c_message_pack(&ch.base, buf);
+    EXPECT(wire_unpack(&autoloco__v1__shard_chunk__descriptor, buf, n, &m, why, sizeof why), AL_ST_OK,
+           "");
+    Autoloco__V1__ShardChunk *back = (Autoloco__V1__ShardChunk *)m;
+    assert_int_equal(back->offset, 1000);
+    assert_memory_equal(back->payload.data, payload, sizeof payload);
+    al_shard_meta meta;
+    wire_meta_from(&meta, back);
+    assert_string_equal(meta.site, "b");
+    assert_int_equal(meta.codec, AL_CODEC_INT4);
+    protobuf_c_message_free_unpacked(m, NULL);
+    EXPECT(wire_unpack(&autoloco__v1__shard_chunk__descriptor, buf, n - 1, &m, why, sizeof why),
+           AL_ST_INVALID_ARGUMENT, "malformed");
+    free(buf);
+    assert_string_equal(al_status_name(AL_ST_DATA_LOSS), "DATA_LOSS");
+    assert_string_equal(al_status_name(99), "?");
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof payload; i++) payload[i] = (uint8_t)(i ^ (i >> 8));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hello),
+        cmocka_unit_test(test_chunk),
+        cmocka_unit_test(test_stats_state_heartbeat),
+        cmocka_unit_test(test_unpack),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

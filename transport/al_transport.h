@@ -1,0 +1,219 @@
+/*
+ * al_transport.h -- the cross-site link: a gRPC (C core) server and one client
+ * per peer, over mutual TLS, carrying the messages of transport/proto/
+ * autoloco.proto: handshakes, pseudo-gradient shards in chunks, scalar
+ * statistics, state for a joining site, heartbeats.
+ *
+ * Who is who. Every site has a certificate whose subject CN is its site name,
+ * signed by the run's CA (`autoloco certs`). The server requires and verifies
+ * the client's certificate, and accepts a message only if the site the message
+ * claims equals that CN and is one of the configured peers; otherwise
+ * PERMISSION_DENIED. A client certificate from another CA, or none, fails the
+ * TLS handshake: the client sees UNAVAILABLE, like an outage (it retries a
+ * capped number of times, then gives up with the last status).
+ *
+ * Memory. A shard streams as chunks (4 MiB by default) straight from the
+ * sender's buffer into the destination the receiver's `shard_open` hook gives:
+ * neither side ever holds a second full copy, whatever the shard's size.
+ *
+ * Failures. Every call has a deadline. The server answers each malformed or
+ * unacceptable message with a specific gRPC status (the table in
+ * docs/transport.md) and keeps serving everybody else. Client functions
+ * return 0 or a negative AL_E* code with a message naming the peer, the
+ * method and the status; `al_client_last_status` gives the status itself.
+ *
+ * Threads. The server runs `threads` completion-queue threads, each serving
+ * one call at a time; hooks are called from those threads, concurrently. A
+ * client is used by one thread at a time.
+ */
+#ifndef AL_TRANSPORT_H
+#define AL_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "al_base.h"
+
+/* gRPC's status codes, same numbers, so that this header needs no gRPC. */
+typedef enum {
+    AL_ST_OK = 0,
+    AL_ST_CANCELLED = 1,
+    AL_ST_UNKNOWN = 2,
+    AL_ST_INVALID_ARGUMENT = 3,
+    AL_ST_DEADLINE_EXCEEDED = 4,
+    AL_ST_NOT_FOUND = 5,
+    AL_ST_ALREADY_EXISTS = 6,
+    AL_ST_PERMISSION_DENIED = 7,
+    AL_ST_RESOURCE_EXHAUSTED = 8,
+    AL_ST_FAILED_PRECONDITION = 9,
+    AL_ST_ABORTED = 10,
+    AL_ST_OUT_OF_RANGE = 11,
+    AL_ST_UNIMPLEMENTED = 12,
+    AL_ST_INTERNAL = 13,
+    AL_ST_UNAVAILABLE = 14,
+    AL_ST_DATA_LOSS = 15,
+    AL_ST_UNAUTHENTICATED = 16,
+} al_status;
+const char *al_status_name(int st);
+
+#define AL_SITE_MAX     64  /* longest site name */
+#define AL_RUN_ID_MAX   128 /* longest run id */
+#define AL_MEMBERS_MAX  256 /* most sites in one handshake */
+#define AL_SHARDS_MAX   1024
+#define AL_INTERVAL_MAX 10000000u
+#define AL_SCHEMA       1 /* the wire schema version this build speaks */
+
+enum { AL_PHASE_REDUCE = 1, AL_PHASE_GATHER = 2 };
+enum { AL_STATE_THETA = 1, AL_STATE_MOMENTUM = 2, AL_STATE_META = 3 };
+
+/* A valid site name: 1..64 of [A-Za-z0-9._-]. */
+int al_site_name_ok(const char *s);
+
+/* ---- what the messages carry, as plain C ---------------------------------------- */
+
+typedef struct al_hello {
+    char site[AL_SITE_MAX + 1];
+    char run_id[AL_RUN_ID_MAX + 1];
+    uint64_t round, epoch;
+    uint8_t theta_hash[32], config_hash[32];
+    uint32_t next_interval;
+    size_t n_members;
+    char members[16][AL_SITE_MAX + 1]; /* the first 16 (the wire allows AL_MEMBERS_MAX) */
+} al_hello;
+
+typedef struct al_shard_meta {
+    char site[AL_SITE_MAX + 1]; /* the sender */
+    uint64_t round, epoch;
+    uint32_t phase, shard_id, num_shards;
+    uint64_t total_bytes;
+    uint32_t codec; /* al_codec_kind */
+    int zstd;
+    uint64_t shard_checksum; /* al_xxh64 of all total_bytes */
+} al_shard_meta;
+
+typedef struct al_stats {
+    char site[AL_SITE_MAX + 1];
+    uint64_t round, epoch;
+    double mean_loss, grad_norm, delta_sq_norm, inner_lr_sum, compute_s;
+    uint64_t tokens;
+    uint32_t steps;
+} al_stats;
+
+/* ---- TLS --------------------------------------------------------------------------- */
+
+typedef struct al_tls_paths {
+    const char *ca;   /* the run's CA certificate (PEM) */
+    const char *cert; /* this site's certificate */
+    const char *key;  /* this site's key: refused if readable by others than its owner */
+} al_tls_paths;
+
+/* Create a CA (ca.pem, ca.key) in dir, or reuse the one there, and a key +
+ * certificate for each site (<site>.pem, <site>.key) with CN = site and SANs
+ * DNS:<site>, DNS:localhost, IP:127.0.0.1, through the OpenSSL API. Keys are
+ * written 0600; an existing site file is never overwritten (AL_EIO). */
+int al_certs_create(const char *dir, const char *const *sites, size_t nsites, int days,
+                    al_err *err);
+
+/* ---- server ------------------------------------------------------------------------ */
+
+typedef struct al_server al_server;
+
+typedef struct al_server_hooks {
+    void *user;
+    /* A new shard starts arriving (meta validated). Return 0 and a destination
+     * of meta->total_bytes bytes that stays valid until shard_done, or an
+     * al_status > 0 with a reason in why (the sender gets that status). */
+    int (*shard_open)(void *user, const al_shard_meta *m, uint8_t **dst, char *why, size_t n);
+    /* Exactly once per successful open: complete = 1 when every byte arrived
+     * and the shard checksum matched, 0 when the transfer was abandoned (a
+     * newer round, a failed checksum, server stop). The server no longer
+     * touches dst afterwards. */
+    void (*shard_done)(void *user, const al_shard_meta *m, uint8_t *dst, int complete);
+    /* Stats from a peer (validated). Return 0 or an al_status to refuse. */
+    int (*stats)(void *user, const al_stats *s, char *why, size_t n);
+    /* A joining peer asks for a part of the state: point *data at it (valid
+     * for the duration of the call) or return an al_status. */
+    int (*state)(void *user, uint32_t part, const uint8_t **data, uint64_t *len, char *why,
+                 size_t n);
+} al_server_hooks;
+
+typedef struct al_server_cfg {
+    const char *listen;  /* "127.0.0.1:0" picks a free port (al_server_port) */
+    const char *site;    /* our own name */
+    const char *run_id;  /* a handshake with another run id is refused */
+    const char *const *peers; /* the sites allowed to talk to us */
+    size_t npeers;
+    al_tls_paths tls;
+    int insecure;        /* no TLS at all: only for benchmarks; identities unchecked */
+    int threads;         /* completion-queue threads = concurrent calls (default 4) */
+    size_t max_message;  /* largest message accepted (default 4 MiB + 64 KiB) */
+    uint32_t num_shards; /* shards per vector this run (default 1) */
+    uint64_t max_shard_bytes; /* largest shard accepted (default 1 GiB + 64 KiB) */
+    double idle_timeout_s;    /* longest wait for a client's next message (default 30) */
+    al_server_hooks hooks;
+    const al_log *log;   /* may be NULL */
+} al_server_cfg;
+
+int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err);
+int al_server_port(const al_server *s);
+/* The round and membership epoch chunks must belong to: round r or r + 1 of
+ * epoch e. Older transfers are abandoned (shard_done with complete = 0). */
+void al_server_set_round(al_server *s, uint64_t round, uint64_t epoch);
+/* What the server answers to a Hello (its site and run id are filled in). */
+void al_server_set_hello(al_server *s, const al_hello *mine);
+/* Bytes received from and sent to one peer (0 for an unknown one). */
+void al_server_bytes(al_server *s, const char *peer, uint64_t *rx, uint64_t *tx);
+/* Calls refused so far, by status (for tests and the dashboard). */
+uint64_t al_server_refusals(al_server *s, al_status st);
+/* Shut down: cancel calls in flight, join threads, release every shard. */
+void al_server_stop(al_server *s);
+
+/* ---- client ------------------------------------------------------------------------ */
+
+typedef struct al_client al_client;
+
+typedef struct al_client_cfg {
+    const char *target;  /* "host:port" of the peer's server (or of a wanem in between) */
+    const char *site;    /* our own name, claimed in every message */
+    const char *peer;    /* the peer's site name: its certificate must be for this name */
+    const char *run_id;  /* sent when pulling state */
+    al_tls_paths tls;
+    int insecure;
+    size_t chunk_bytes;  /* default 4 MiB */
+    size_t max_message;  /* default chunk_bytes + 64 KiB */
+    double deadline_s;   /* per call (default 60) */
+    int max_attempts;    /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
+    double backoff_s, backoff_max_s; /* capped exponential backoff, full jitter (0.1, 5) */
+    uint64_t seed;       /* jitter RNG */
+    const al_log *log;
+} al_client_cfg;
+
+int al_client_new(const al_client_cfg *cfg, al_client **out, al_err *err);
+void al_client_free(al_client *c);
+/* Send our handshake; *theirs receives the server's view. */
+int al_client_hello(al_client *c, const al_hello *mine, al_hello *theirs, al_err *err);
+/* Send one shard (meta->total_bytes bytes of data) in chunks. A broken stream
+ * is retried with backoff and resumes at the offset the server holds. */
+int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *data, al_err *err);
+/* Ask how many bytes of a shard the server holds in order (and if complete). */
+int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *received,
+                          int *complete, al_err *err);
+int al_client_push_stats(al_client *c, const al_stats *s, al_err *err);
+/* Pull one part of the state into a malloc'd buffer (at most max_bytes). */
+int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_t **data,
+                         uint64_t *len, al_err *err);
+/* Heartbeat: round trip; *peer_ms receives the peer's clock. */
+int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_ms, al_err *err);
+/* The gRPC status of the last call and its details. */
+int al_client_last_status(const al_client *c);
+const char *al_client_last_details(const al_client *c);
+void al_client_bytes(const al_client *c, uint64_t *tx, uint64_t *rx);
+/* Low level, for tests and tools: one call of `method` ("Hello", "PushShard",
+ * ...) sending n raw messages, no retry. Returns the gRPC status (>= 0), the
+ * first reply message in *reply (malloc'd, may be NULL), or a negative AL_E*
+ * code if the call could not even be made. */
+int al_client_call_raw(al_client *c, const char *method, const uint8_t *const *msgs,
+                       const size_t *lens, size_t n, uint8_t **reply, size_t *reply_len,
+                       al_err *err);
+
+#endif

@@ -1,0 +1,275 @@
+/* wire.c -- validation of every received message, field by field (the limits
+ * are documented in proto/autoloco.proto). */
+#include "wire.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "al_codec.h"
+
+const char *al_status_name(int st) {
+    static const char *names[] = {
+        "OK",           "CANCELLED",       "UNKNOWN",        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS", "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+        "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",    "DATA_LOSS",
+        "UNAUTHENTICATED"};
+    return st >= 0 && st < (int)AL_ARRAY_LEN(names) ? names[st] : "?";
+}
+
+int al_site_name_ok(const char *s) {
+    size_t len = s ? strlen(s) : 0;
+    if (len == 0 || len > AL_SITE_MAX) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Write the reason and return the status: `return bad(why, n, ST, "...")`. */
+__attribute__((format(printf, 4, 5))) static int bad(char *why, size_t n, int st,
+                                                     const char *fmt, ...) {
+    if (why && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, n, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+int wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                ProtobufCMessage **msg, char *why, size_t n) {
+    *msg = protobuf_c_message_unpack(desc, NULL, len, data);
+    if (!*msg)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "malformed %s (%zu bytes)", desc->short_name,
+                   len);
+    return AL_ST_OK;
+}
+
+static int check_common(uint32_t schema, const char *site, char *why, size_t n) {
+    if (schema != AL_SCHEMA)
+        return bad(why, n, AL_ST_FAILED_PRECONDITION, "schema: version %u, this site speaks %d",
+                   schema, AL_SCHEMA);
+    if (!al_site_name_ok(site))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "site: '%.70s' is not a site name (1..64 of [A-Za-z0-9._-])", site ? site : "");
+    return AL_ST_OK;
+}
+
+static int run_id_ok(const char *s) {
+    size_t len = s ? strlen(s) : 0;
+    if (len == 0 || len > AL_RUN_ID_MAX) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e) return 0;
+    return 1;
+}
+
+int wire_check_hello(const Autoloco__V1__Handshake *m, char *why, size_t n) {
+    int st = check_common(m->schema, m->site, why, n);
+    if (st) return st;
+    if (!run_id_ok(m->run_id))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "run_id: empty, too long or not printable");
+    if (m->theta_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "theta_hash: %zu bytes, need 32",
+                   m->theta_hash.len);
+    if (m->config_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "config_hash: %zu bytes, need 32",
+                   m->config_hash.len);
+    if (m->next_interval < 1 || m->next_interval > AL_INTERVAL_MAX)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "next_interval: %u outside [1, %u]",
+                   m->next_interval, AL_INTERVAL_MAX);
+    if (m->n_members > AL_MEMBERS_MAX)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "members: %zu names, at most %d",
+                   m->n_members, AL_MEMBERS_MAX);
+    for (size_t i = 0; i < m->n_members; i++)
+        if (!al_site_name_ok(m->members[i]))
+            return bad(why, n, AL_ST_INVALID_ARGUMENT, "members[%zu]: not a site name", i);
+    return AL_ST_OK;
+}
+
+static int phase_ok(int p) {
+    return p == AL_PHASE_REDUCE || p == AL_PHASE_GATHER;
+}
+
+static int check_shard_id(uint32_t id, uint32_t count, const wire_limits *lim, char *why,
+                          size_t n) {
+    if (count != lim->num_shards)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "num_shards: %u, this run has %u", count,
+                   lim->num_shards);
+    if (id >= count)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "shard_id: %u is not below num_shards %u", id,
+                   count);
+    return AL_ST_OK;
+}
+
+int wire_check_chunk(const Autoloco__V1__ShardChunk *m, const wire_limits *lim, char *why,
+                     size_t n) {
+    int st = check_common(m->schema, m->site, why, n);
+    if (st) return st;
+    if (!phase_ok(m->phase))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "phase: %d is unknown", (int)m->phase);
+    if ((st = check_shard_id(m->shard_id, m->num_shards, lim, why, n))) return st;
+    if ((int)m->codec < AL_CODEC_FP32 || (int)m->codec > AL_CODEC_INT4)
+        return bad(why, n, AL_ST_UNIMPLEMENTED, "codec: %d is unknown", (int)m->codec);
+    if (m->total_bytes == 0 || m->total_bytes > lim->max_shard_bytes)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "total_bytes: %llu outside [1, %llu]",
+                   (unsigned long long)m->total_bytes, (unsigned long long)lim->max_shard_bytes);
+    if (m->payload.len == 0 || m->payload.len > lim->max_payload)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "payload: %zu bytes outside [1, %zu]",
+                   m->payload.len, lim->max_payload);
+    if (m->offset > m->total_bytes || m->payload.len > m->total_bytes - m->offset)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "offset: %llu + %zu bytes passes total_bytes %llu",
+                   (unsigned long long)m->offset, m->payload.len,
+                   (unsigned long long)m->total_bytes);
+    if (al_xxh64(m->payload.data, m->payload.len, 0) != m->checksum)
+        return bad(why, n, AL_ST_DATA_LOSS, "checksum: payload at offset %llu does not match",
+                   (unsigned long long)m->offset);
+    return AL_ST_OK;
+}
+
+int wire_check_query(const Autoloco__V1__ShardQuery *m, const wire_limits *lim, char *why,
+                     size_t n) {
+    int st = check_common(m->schema, m->site, why, n);
+    if (st) return st;
+    if (!phase_ok(m->phase))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "phase: %d is unknown", (int)m->phase);
+    if (m->shard_id >= lim->num_shards)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "shard_id: %u is not below %u", m->shard_id,
+                   lim->num_shards);
+    return AL_ST_OK;
+}
+
+static int finite_nonneg(double v) {
+    return isfinite(v) && v >= 0;
+}
+
+int wire_check_stats(const Autoloco__V1__Stats *m, char *why, size_t n) {
+    int st = check_common(m->schema, m->site, why, n);
+    if (st) return st;
+    if (!isfinite(m->mean_loss))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "mean_loss: not finite");
+    if (!finite_nonneg(m->grad_norm))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "grad_norm: not a finite value >= 0");
+    if (!finite_nonneg(m->delta_sq_norm))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "delta_sq_norm: not a finite value >= 0");
+    if (!finite_nonneg(m->inner_lr_sum))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "inner_lr_sum: not a finite value >= 0");
+    if (!finite_nonneg(m->compute_s))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "compute_s: not a finite value >= 0");
+    if (m->steps < 1) return bad(why, n, AL_ST_INVALID_ARGUMENT, "steps: 0");
+    return AL_ST_OK;
+}
+
+static int part_ok(int p) {
+    return p >= AL_STATE_THETA && p <= AL_STATE_META;
+}
+
+int wire_check_state_request(const Autoloco__V1__StateRequest *m, char *why, size_t n) {
+    int st = check_common(m->schema, m->site, why, n);
+    if (st) return st;
+    if (!run_id_ok(m->run_id)) return bad(why, n, AL_ST_INVALID_ARGUMENT, "run_id: invalid");
+    if (!part_ok(m->part))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "part: %d is unknown", (int)m->part);
+    return AL_ST_OK;
+}
+
+int wire_check_state_chunk(const Autoloco__V1__StateChunk *m, uint64_t max_total, char *why,
+                           size_t n) {
+    if (m->schema != AL_SCHEMA)
+        return bad(why, n, AL_ST_FAILED_PRECONDITION, "schema: version %u", m->schema);
+    if (!part_ok(m->part))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "part: %d is unknown", (int)m->part);
+    if (m->total_bytes > max_total)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "total_bytes: %llu above %llu",
+                   (unsigned long long)m->total_bytes, (unsigned long long)max_total);
+    if (m->offset > m->total_bytes || m->payload.len > m->total_bytes - m->offset)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "offset: %llu + %zu passes %llu",
+                   (unsigned long long)m->offset, m->payload.len,
+                   (unsigned long long)m->total_bytes);
+    if (al_xxh64(m->payload.data, m->payload.len, 0) != m->checksum)
+        return bad(why, n, AL_ST_DATA_LOSS, "checksum: state chunk at %llu does not match",
+                   (unsigned long long)m->offset);
+    return AL_ST_OK;
+}
+
+int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n) {
+    return check_common(m->schema, m->site, why, n);
+}
+
+int wire_check_ack(const Autoloco__V1__ShardAck *m, char *why, size_t n) {
+    (void)m;
+    (void)why;
+    (void)n;
+    return AL_ST_OK; /* every value is meaningful; the client compares it to its shard */
+}
+
+/* ---- conversions ------------------------------------------------------------------ */
+
+static void copy_name(char *dst, size_t cap, const char *src) {
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+void wire_hello_from(al_hello *out, const Autoloco__V1__Handshake *m) {
+    memset(out, 0, sizeof *out);
+    copy_name(out->site, sizeof out->site, m->site);
+    copy_name(out->run_id, sizeof out->run_id, m->run_id);
+    out->round = m->round;
+    out->epoch = m->epoch;
+    if (m->theta_hash.len == 32) memcpy(out->theta_hash, m->theta_hash.data, 32);
+    if (m->config_hash.len == 32) memcpy(out->config_hash, m->config_hash.data, 32);
+    out->next_interval = m->next_interval;
+    out->n_members = AL_MIN(m->n_members, AL_ARRAY_LEN(out->members));
+    for (size_t i = 0; i < out->n_members; i++)
+        copy_name(out->members[i], sizeof out->members[i], m->members[i]);
+}
+
+void wire_hello_to(Autoloco__V1__Handshake *m, const al_hello *h, char **members) {
+    autoloco__v1__handshake__init(m);
+    m->schema = AL_SCHEMA;
+    m->site = (char *)h->site;
+    m->run_id = (char *)h->run_id;
+    m->round = h->round;
+    m->epoch = h->epoch;
+    m->theta_hash.data = (uint8_t *)h->theta_hash;
+    m->theta_hash.len = 32;
+    m->config_hash.data = (uint8_t *)h->config_hash;
+    m->config_hash.len = 32;
+    m->next_interval = h->next_interval;
+    m->n_members = AL_MIN(h->n_members, AL_ARRAY_LEN(h->members));
+    for (size_t i = 0; i < m->n_members; i++) members[i] = (char *)h->members[i];
+    m->members = members;
+}
+
+void wire_meta_from(al_shard_meta *out, const Autoloco__V1__ShardChunk *m) {
+    memset(out, 0, sizeof *out);
+    copy_name(out->site, sizeof out->site, m->site);
+    out->round = m->round;
+    out->epoch = m->epoch;
+    out->phase = (uint32_t)m->phase;
+    out->shard_id = m->shard_id;
+    out->num_shards = m->num_shards;
+    out->total_bytes = m->total_bytes;
+    out->codec = (uint32_t)m->codec;
+    out->zstd = m->zstd;
+    out->shard_checksum = m->shard_checksum;
+}
+
+void wire_stats_from(al_stats *out, const Autoloco__V1__Stats *m) {
+    memset(out, 0, sizeof *out);
+    copy_name(out->site, sizeof out->site, m->site);
+    out->round = m->round;
+    out->epoch = m->epoch;
+    out->mean_loss = m->mean_loss;
+    out->grad_norm = m->grad_norm;
+    out->delta_sq_norm = m->delta_sq_norm;
+    out->inner_lr_sum = m->inner_lr_sum;
+    out->compute_s = m->compute_s;
+    out->tokens = m->tokens;
+    out->steps = m->steps;
+}
