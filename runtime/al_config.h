@@ -40,16 +40,53 @@
     X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")               \
     X(checkpoint, dir, STR, "runs/train", NULL, 0, "checkpoint folder")                            \
     X(checkpoint, every, INT, 0, 0, 1L << 40, "save every N steps (0 = only at the end)")          \
-    X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints kept (0 = all)")
+    X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints kept (0 = all)")                          \
+    X(site, name, STR, "", NULL, 0, "agent: this site's name (the CN of its certificate)")         \
+    X(site, listen, STR, "127.0.0.1:7070", NULL, 0, "agent: gRPC listen address host:port")        \
+    X(site, run_id, STR, "autoloco", NULL, 0, "agent: run identifier every site must share")       \
+    X(tls, ca, STR, "", NULL, 0, "agent: the run's CA certificate (PEM)")                          \
+    X(tls, cert, STR, "", NULL, 0, "agent: this site's certificate (PEM)")                         \
+    X(tls, key, STR, "", NULL, 0, "agent: this site's private key (not readable by others)")       \
+    X(tls, insecure, INT, 0, 0, 1, "agent: 1 = no TLS at all (benchmarks only)")                   \
+    X(outer, lr, DBL, 0.7, 0, 10, "outer learning rate alpha")                                     \
+    X(outer, momentum, DBL, 0.9, 0, 0.999999, "outer Nesterov momentum mu")                        \
+    X(outer, correction, STR, "autoloco", "autoloco|none", 0,                                      \
+      "outer update corrected by the accumulated inner lr (autoloco) or plain DiLoCo")             \
+    X(outer, codec, STR, "int8+zstd", NULL, 0,                                                     \
+      "pseudo-gradient codec: fp32|bf16|int8|int4[+zstd]")                                         \
+    X(round, deadline_s, DBL, 120, 0.1, 86400,                                                     \
+      "seconds a round waits for a site's shards and statistics before dropping it")               \
+    X(round, min_sites, INT, 1, 1, 256, "fewest live sites to train with (fewer: wait)")           \
+    X(dashboard, address, STR, "127.0.0.1", NULL, 0, "dashboard and /metrics listen address")      \
+    X(dashboard, port, INT, 0, 0, 65535, "dashboard port (0 = no dashboard)")                      \
+    X(log, events, STR, "", NULL, 0, "JSONL event log ('' = <checkpoint dir>/events.jsonl)")
 
 #define AL_CFG_CTYPE_INT long
 #define AL_CFG_CTYPE_DBL double
 #define AL_CFG_CTYPE_STR char *
 
+/* Sections whose keys are free-form, kept as (key, value, line) lists for the
+ * module that owns them to validate: [peers] name = host:port, and [policy]
+ * (forwarded to the policy registry, see policies/al_policy.h). */
+#define AL_CONFIG_OPEN_SECTIONS(X) X(peers) X(policy)
+
+typedef struct al_kv {
+    char *key, *value;
+    int line; /* 0: from the command line */
+} al_kv;
+typedef struct al_kvlist {
+    al_kv *items;
+    int n;
+} al_kvlist;
+
 typedef struct al_config {
 #define AL_CFG_FIELD(sec, key, type, def, lo, hi, help) AL_CFG_CTYPE_##type sec##_##key;
     AL_CONFIG_TABLE(AL_CFG_FIELD)
 #undef AL_CFG_FIELD
+#define AL_CFG_OPEN(sec) al_kvlist sec;
+    AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN)
+#undef AL_CFG_OPEN
+    char path[512]; /* the last file loaded, for messages about open sections */
 } al_config;
 
 /* Defaults for every key. Strings are owned by the config. */

@@ -69,12 +69,61 @@ int al_config_init(al_config *c, al_err *err) {
     return 0;
 }
 
+static void kv_free(al_kvlist *l) {
+    for (int i = 0; i < l->n; i++) {
+        free(l->items[i].key);
+        free(l->items[i].value);
+    }
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
 void al_config_free(al_config *c) {
     for (size_t i = 0; i < NKEYS; i++)
         if (KEYS[i].type == T_STR) {
             free(*sfield(c, &KEYS[i]));
             *sfield(c, &KEYS[i]) = NULL;
         }
+#define AL_CFG_OPEN_FREE(sec) kv_free(&c->sec);
+    AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_FREE)
+#undef AL_CFG_OPEN_FREE
+}
+
+/* The open section named `section`, or NULL. */
+static al_kvlist *open_section(al_config *c, const char *section) {
+#define AL_CFG_OPEN_FIND(sec)                                                                      \
+    if (!strcmp(section, #sec)) return &c->sec;
+    AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_FIND)
+#undef AL_CFG_OPEN_FIND
+    return NULL;
+}
+
+/* Add or replace key in an open section. */
+static int kv_set(al_kvlist *l, const char *key, const char *value, int line, al_err *err) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->items[i].key, key)) {
+            char *v = strdup(value);
+            if (!v) return al_errf(err, AL_ENOMEM, "config: out of memory");
+            free(l->items[i].value);
+            l->items[i].value = v;
+            l->items[i].line = line;
+            return 0;
+        }
+    al_kv *ni = realloc(l->items, (size_t)(l->n + 1) * sizeof *ni);
+    if (!ni) return al_errf(err, AL_ENOMEM, "config: out of memory");
+    l->items = ni;
+    al_kv *kv = &l->items[l->n];
+    kv->key = strdup(key);
+    kv->value = strdup(value);
+    kv->line = line;
+    if (!kv->key || !kv->value) {
+        free(kv->key);
+        free(kv->value);
+        return al_errf(err, AL_ENOMEM, "config: out of memory");
+    }
+    l->n++;
+    return 0;
 }
 
 static int choice_ok(const char *choices, const char *v) {
@@ -143,11 +192,20 @@ typedef struct load_ctx {
     al_config *c;
     al_err *err;
     int failed;
+    int line; /* counted by the reader below: the handler is told no line */
 } load_ctx;
 
 static int on_ini_key(void *user, const char *section, const char *name, const char *value) {
     load_ctx *x = user;
     if (x->failed) return 1; /* keep the first error only */
+    al_kvlist *open = open_section(x->c, section);
+    if (open) {
+        if (kv_set(open, name, value, x->line, x->err)) {
+            x->failed = 1;
+            return 0;
+        }
+        return 1;
+    }
     int known;
     const keydesc *k = find_key(section, name, &known);
     int rc;
@@ -164,11 +222,21 @@ static int on_ini_key(void *user, const char *section, const char *name, const c
     return 1;
 }
 
+/* ini_parse_stream reader that counts lines, so open-section entries keep theirs */
+static char *read_line(char *buf, int size, void *stream) {
+    load_ctx *x = ((void **)stream)[1];
+    char *r = fgets(buf, size, ((void **)stream)[0]);
+    if (r) x->line++;
+    return r;
+}
+
 int al_config_load(al_config *c, const char *path, al_err *err) {
     FILE *f = fopen(path, "r");
     if (!f) return al_errf(err, AL_EIO, "config %s: cannot open: %s", path, strerror(errno));
-    load_ctx x = {c, err, 0};
-    int line = ini_parse_file(f, on_ini_key, &x);
+    load_ctx x = {c, err, 0, 0};
+    void *stream[2] = {f, &x};
+    snprintf(c->path, sizeof c->path, "%s", path);
+    int line = ini_parse_stream(read_line, stream, on_ini_key, &x);
     fclose(f);
     if (line == 0) return 0;
     if (x.failed) return al_err_prefix(err, "%s:%d", path, line);
@@ -178,6 +246,8 @@ int al_config_load(al_config *c, const char *path, al_err *err) {
 
 int al_config_set(al_config *c, const char *section, const char *key, const char *value,
                   al_err *err) {
+    al_kvlist *open = open_section(c, section);
+    if (open) return kv_set(open, key, value, 0, err);
     int known;
     const keydesc *k = find_key(section, key, &known);
     if (!k)
@@ -227,6 +297,35 @@ char *al_config_dump(const al_config *c) {
         memcpy(out + n, line, l + 1);
         n += l;
     }
+    /* open sections, in the order given */
+    const al_kvlist *lists[] = {
+#define AL_CFG_OPEN_LIST(sec) &c->sec,
+        AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_LIST)
+#undef AL_CFG_OPEN_LIST
+    };
+    const char *names[] = {
+#define AL_CFG_OPEN_NAME(sec) #sec,
+        AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_NAME)
+#undef AL_CFG_OPEN_NAME
+    };
+    for (size_t s = 0; s < AL_ARRAY_LEN(lists); s++)
+        for (int i = 0; i < lists[s]->n; i++) {
+            char line[1200];
+            snprintf(line, sizeof line, "%s.%s = %s\n", names[s], lists[s]->items[i].key,
+                     lists[s]->items[i].value);
+            size_t l = strlen(line);
+            if (n + l + 1 > cap) {
+                cap = 2 * (n + l + 1);
+                char *nb = realloc(out, cap);
+                if (!nb) {
+                    free(out);
+                    return NULL;
+                }
+                out = nb;
+            }
+            memcpy(out + n, line, l + 1);
+            n += l;
+        }
     return out;
 }
 
