@@ -282,6 +282,7 @@ static int step(worker *k, al_plan *plan) {
     r->wait_s[k->w] = waited;
     r->nmb[k->w] = mine;
     if (k->w == 0) {
+        r->step = e->step;
         r->loss = mean_loss;
         r->grad_norm = norm;
         r->lr = lr;
