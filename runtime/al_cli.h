@@ -17,11 +17,13 @@
 #define AL_COMMANDS(X)                                                                             \
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
-    X("bench", al_cmd_bench, "benchmarks: bench inner")                                            \
+    X("bench", al_cmd_bench, "benchmarks: bench inner|odc")                                            \
     X("version", al_cmd_version, "print the version")
 
 /* X(name, function, one-line summary) for `autoloco bench NAME`. */
-#define AL_BENCHES(X) X("inner", al_bench_inner, "time training steps against OpenBLAS sgemm")
+#define AL_BENCHES(X)                                                                              \
+    X("inner", al_bench_inner, "time training steps against OpenBLAS sgemm")                       \
+    X("odc", al_bench_odc, "ODC vs the FSDP baseline over W worker processes (--simulate: W=8..64)")
 
 #define AL_CMD_DECL(name, fn, summary) int fn(int argc, char **argv, al_err *err);
 AL_COMMANDS(AL_CMD_DECL)
