@@ -30,6 +30,15 @@ AL_COMMANDS(AL_CMD_DECL)
 AL_BENCHES(AL_CMD_DECL)
 #undef AL_CMD_DECL
 
+/* `autoloco train` with [inner] workers > 1 (runtime/train_workers.c). */
+struct al_config;
+struct al_model_config;
+struct al_train_opts;
+struct al_tokens;
+int al_train_workers(const struct al_config *c, const struct al_model_config *mc,
+                     const struct al_train_opts *o, const struct al_tokens *train,
+                     const struct al_tokens *val, const char *hash, al_err *err);
+
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */
 int al_cli_int(const char *flag, const char *s, long lo, long hi, long *out, al_err *err);
 int al_cli_double(const char *flag, const char *s, double *out, al_err *err);

@@ -9,7 +9,9 @@
  *   fsdp-micro  lockstep, microbatches dealt for even cost (same count each)
  *   odc-lpt     one-sided, pieces partitioned by cost (LPT), own counts
  * Each step is a minibatch of W * D pieces (D per worker); the first `warmup`
- * steps are not counted. Reported: mean minibatch seconds, each worker's idle
+ * steps are not counted. The three configurations run interleaved, `rounds`
+ * times, and each figure is the median round (other processes on a shared
+ * machine then disturb all configurations alike). Reported: mean minibatch seconds, each worker's idle
  * fraction (time inside barriers / minibatch time, averaged over workers) and
  * the peak bytes of gathered units per worker.
  * speedup_odc_vs_fsdp_* compares ODC with the *better* FSDP variant of the
@@ -37,7 +39,7 @@
 
 typedef struct bench {
     const char *preset, *data_path;
-    long workers, threads, docs, steps, warmup;
+    long workers, threads, docs, steps, warmup, rounds;
     double sigma, median_frac, quad_c;
     int json, simulate;
     al_model_config mc;
@@ -129,6 +131,11 @@ out:
     return rc;
 }
 
+static int cmp_result(const void *a, const void *b) {
+    double x = ((const result *)a)->seconds, y = ((const result *)b)->seconds;
+    return x < y ? -1 : x > y;
+}
+
 /* ---- simulation ------------------------------------------------------------------- */
 
 typedef struct costmodel {
@@ -140,25 +147,45 @@ static double row_cost(const costmodel *m, int n) {
     return n > 0 ? m->a + m->b * n + m->c * (double)n * n : 0.0;
 }
 
-/* Solve the 3x3 least-squares normal equations for a + b n + c n^2. */
-static void fit(const double *n, const double *t, int k, costmodel *m) {
+/* Least squares for cost(n) = a + b n + c n^2 over the terms in use[] (the
+ * others fixed at 0), by the normal equations (at most 3x3, Gauss-Jordan). */
+static int fit_terms(const double *n, const double *t, int k, const int use[3], double coef[3]) {
+    int idx[3], m = 0;
+    for (int j = 0; j < 3; j++)
+        if (use[j]) idx[m++] = j;
     double A[3][4] = {{0}};
     for (int i = 0; i < k; i++) {
         double x[3] = {1, n[i], n[i] * n[i]};
-        for (int r = 0; r < 3; r++) {
-            for (int c = 0; c < 3; c++) A[r][c] += x[r] * x[c];
-            A[r][3] += x[r] * t[i];
+        for (int r = 0; r < m; r++) {
+            for (int c = 0; c < m; c++) A[r][c] += x[idx[r]] * x[idx[c]];
+            A[r][m] += x[idx[r]] * t[i];
         }
     }
-    for (int p = 0; p < 3; p++) /* Gauss-Jordan, the system is tiny and well posed */
-        for (int r = 0; r < 3; r++) {
+    for (int p = 0; p < m; p++) {
+        if (A[p][p] == 0) return -1;
+        for (int r = 0; r < m; r++) {
             if (r == p) continue;
             double f = A[r][p] / A[p][p];
-            for (int c = p; c < 4; c++) A[r][c] -= f * A[p][c];
+            for (int c = p; c <= m; c++) A[r][c] -= f * A[p][c];
         }
-    m->a = A[0][3] / A[0][0];
-    m->b = A[1][3] / A[1][1];
-    m->c = A[2][3] / A[2][2];
+    }
+    coef[0] = coef[1] = coef[2] = 0;
+    for (int r = 0; r < m; r++) coef[idx[r]] = A[r][m] / A[r][r];
+    return 0;
+}
+
+/* The full quadratic if every term comes out non-negative (timing noise can
+ * make a fit say otherwise), else the best non-negative subset, in the order
+ * {a,b,c}, {b,c}, {a,b}, {b}. */
+static void fit(const double *n, const double *t, int k, costmodel *m) {
+    static const int tries[][3] = {{1, 1, 1}, {0, 1, 1}, {1, 1, 0}, {0, 1, 0}};
+    double coef[3] = {0, 0, 0};
+    for (size_t i = 0; i < AL_ARRAY_LEN(tries); i++)
+        if (fit_terms(n, t, k, tries[i], coef) == 0 && coef[0] >= 0 && coef[1] >= 0 && coef[2] >= 0)
+            break;
+    m->a = coef[0];
+    m->b = coef[1];
+    m->c = coef[2];
 }
 
 static int barrier_body(al_shm *s, int w, void *ctx, al_err *err) {
@@ -203,7 +230,7 @@ static int calibrate(const bench *b, costmodel *m, al_err *err) {
         bt.T = n;
         bt.ntargets = n;
         double best = INFINITY;
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < 8; r++) { /* the best of 8: the least disturbed */
             double s0 = al_now();
             al_model_forward(&mod, &bt);
             al_model_backward(&mod, &bt, 1.0f / (float)n);
@@ -309,13 +336,14 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: autoloco bench odc [--preset P] [--workers W] [--threads N] [--docs D]\n"
             "                          [--steps N] [--warmup N] [--data FILE] [--sigma S]\n"
-            "                          [--quad-c C] [--simulate] [--json]\n\n"
+            "                          [--quad-c C] [--rounds R] [--simulate] [--json]\n\n"
             "ODC against the FSDP-style baseline: real steps in W worker processes for\n"
             "fsdp-naive, fsdp-micro and odc-lpt on fixed rows, fortunes documents and\n"
             "lognormal lengths (minibatch = W*D pieces of <= T tokens; microbatch = one row\n"
             "of <= T tokens). --simulate instead fits this machine's cost per row and\n"
             "barrier latency and projects W = 8..64 with an event simulation.\n"
-            "Defaults: --preset small --workers 2 --threads 1 --docs 16 --steps 4 --warmup 1\n"
+            "Defaults: --preset small --workers 2 --threads 1 --docs 16 --steps 3 --warmup 1\n"
+            "--rounds 3 (configurations interleaved per round; medians reported)\n"
             "--data data/fortunes/train.bin --sigma 1.0 (lognormal median T/8) --quad-c 0.\n"
             "--json prints one JSON object as the last line.\n");
 }
@@ -327,10 +355,11 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
         {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'u'},
         {"data", required_argument, 0, 'D'},    {"sigma", required_argument, 0, 's'},
         {"quad-c", required_argument, 0, 'q'},  {"simulate", no_argument, 0, 'S'},
+        {"rounds", required_argument, 0, 'R'},
         {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     bench b = {.preset = "small", .data_path = "data/fortunes/train.bin", .workers = 2,
-               .threads = 1, .docs = 16, .steps = 4, .warmup = 1, .sigma = 1.0,
+               .threads = 1, .docs = 16, .steps = 3, .warmup = 1, .rounds = 3, .sigma = 1.0,
                .median_frac = 0.125};
     int ch, rc = 0;
     optind = 1;
@@ -342,6 +371,7 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
         case 'd': rc = al_cli_int("--docs", optarg, 1, 100000, &b.docs, err); break;
         case 'n': rc = al_cli_int("--steps", optarg, 1, 100000, &b.steps, err); break;
         case 'u': rc = al_cli_int("--warmup", optarg, 0, 100000, &b.warmup, err); break;
+        case 'R': rc = al_cli_int("--rounds", optarg, 1, 1000, &b.rounds, err); break;
         case 'D': b.data_path = optarg; break;
         case 's': rc = al_cli_double("--sigma", optarg, &b.sigma, err); break;
         case 'q': rc = al_cli_double("--quad-c", optarg, &b.quad_c, err); break;
@@ -366,20 +396,33 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
         return rc;
     }
     static const al_workload_kind kinds[] = {AL_WL_FIXED, AL_WL_DOCS, AL_WL_LOGNORMAL};
-    result r[NWL][NCONF];
+    result r[NWL][NCONF], *runs = calloc((size_t)(NWL * NCONF * b.rounds), sizeof(result));
+    if (!runs) return al_errf(err, AL_ENOMEM, "bench: out of memory");
     printf("bench odc: preset %s, W=%ld worker processes x %ld thread(s), %ld pieces per worker "
-           "per minibatch, budget %d tokens per microbatch, %ld+%ld steps\n",
-           b.preset, b.workers, b.threads, b.docs, b.mc.T, b.warmup, b.steps);
-    printf("%-10s %-11s %12s %10s %12s\n", "workload", "config", "minibatch s", "idle",
-           "mb/worker");
-    for (int wi = 0; wi < NWL && rc == 0; wi++)
+           "per minibatch, budget %d tokens per microbatch, %ld+%ld steps, %ld rounds\n",
+           b.preset, b.workers, b.threads, b.docs, b.mc.T, b.warmup, b.steps, b.rounds);
+    printf("%-10s %-11s %12s %10s %12s %s\n", "workload", "config", "minibatch s", "idle",
+           "mb/worker", "(median of rounds; each round's seconds)");
+    /* Rounds interleave the three configurations, so that load from other
+     * processes on the machine hits them alike; each figure is the median
+     * over rounds (by minibatch time). */
+    for (int wi = 0; wi < NWL && rc == 0; wi++) {
+        for (int k = 0; k < b.rounds && rc == 0; k++)
+            for (int c = 0; c < NCONF && rc == 0; c++)
+                rc = measure(&b, kinds[wi], c, &runs[(wi * NCONF + c) * b.rounds + k], err);
         for (int c = 0; c < NCONF && rc == 0; c++) {
-            if ((rc = measure(&b, kinds[wi], c, &r[wi][c], err))) break;
-            printf("%-10s %-11s %12.4f %9.1f%% %12.2f\n", al_workload_name(kinds[wi]),
+            result *rr = &runs[(wi * NCONF + c) * b.rounds];
+            qsort(rr, (size_t)b.rounds, sizeof *rr, cmp_result);
+            r[wi][c] = rr[b.rounds / 2];
+            printf("%-10s %-11s %12.4f %9.1f%% %12.2f ", al_workload_name(kinds[wi]),
                    configs[c].name, r[wi][c].seconds, 100 * r[wi][c].idle,
                    r[wi][c].mb_per_worker);
+            for (int k = 0; k < b.rounds; k++) printf(" %.3f", rr[k].seconds);
+            printf("\n");
             fflush(stdout);
         }
+    }
+    free(runs);
     al_tokens_free(&b.data);
     if (rc) return rc;
     double sp[NWL], spn[NWL], idle_f[NWL];
@@ -395,8 +438,8 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
            r[2][2].pool);
     if (b.json) {
         printf("{\"preset\":\"%s\",\"workers\":%ld,\"threads\":%ld,\"docs_per_worker\":%ld,"
-               "\"steps\":%ld,",
-               b.preset, b.workers, b.threads, b.docs, b.steps);
+               "\"steps\":%ld,\"rounds\":%ld,",
+               b.preset, b.workers, b.threads, b.docs, b.steps, b.rounds);
         for (int wi = 0; wi < NWL; wi++)
             for (int c = 0; c < NCONF; c++)
                 printf("\"%s_%s_s\":%.5f,\"%s_%s_idle\":%.4f,", al_workload_name(kinds[wi]),
