@@ -30,6 +30,10 @@ done
 # kill one worker of a long run
 "$bin" train "${common[@]}" --steps 1000000 --workers 2 >"$tmp/out" 2>"$tmp/err" &
 pid=$!
+# a watchdog, so that a hang fails this test instead of leaving processes
+# (workers die with their parent)
+(sleep 30 && kill -KILL $pid 2>/dev/null) >/dev/null 2>&1 &
+watchdog=$!
 victim=""
 for _ in $(seq 1 100); do
     victim=$(cat /proc/$pid/task/*/children 2>/dev/null | awk '{print $2}')
@@ -53,6 +57,7 @@ else
         no "killed worker: took $dt s"
     else echo "ok: killed worker -> exit $rc after ${dt}s: $err"; fi
 fi
+kill $watchdog 2>/dev/null
 left=$(ls /dev/shm | grep -c "^autoloco\.train\.$pid\." || true)
 [[ $left -eq 0 ]] || no "$left segment(s) left in /dev/shm"
 

@@ -3,9 +3,10 @@
  *  - get/push: W workers push known values into their slots, the barrier
  *    separates phases, every worker then reads every slot correctly;
  *  - barrier across many rounds with scalars exchanged between rounds;
- *  - liveness: a worker that is killed, one that crashes (SIGSEGV-free: it
- *    raises SIGABRT), one that returns an error, and one that never comes to
- *    the barrier each end the run with an error naming that worker, quickly;
+ *  - liveness: a worker that is killed (while computing, and while asleep in
+ *    a barrier), one that crashes (it raises SIGABRT), one that returns an
+ *    error, and one that never comes to the barrier each end the run with an
+ *    error naming that worker, quickly;
  *  - stale names: a segment name of a dead creator is removed, one of a live
  *    creator is kept; nothing of ours is left in /dev/shm.
  */
@@ -95,7 +96,7 @@ static void test_push_get_barrier(void **state) {
 
 /* Worker `victim` misbehaves in the way ctx says, in the middle of round 3;
  * the others keep entering barriers. */
-typedef enum { KILLED, ABORTS, RETURNS_ERROR, STALLS } failure;
+typedef enum { KILLED, ABORTS, RETURNS_ERROR, STALLS, KILLED_WAITING } failure;
 typedef struct fault {
     failure how;
     int victim;
@@ -104,7 +105,14 @@ typedef struct fault {
 static int body_fault(al_shm *s, int w, void *ctx, al_err *err) {
     const fault *f = ctx;
     for (int r = 0; r < 1000; r++) {
-        if (r == 3 && w == f->victim) {
+        if (r == 3 && f->how == KILLED_WAITING && w == 0) {
+            /* the victim is asleep in the barrier by now: kill it there (a
+             * process-shared condvar would hang the others after this) */
+            struct timespec ts = {0, 200000000};
+            nanosleep(&ts, NULL);
+            kill(al_shm_worker_pid(s, f->victim), SIGKILL);
+        }
+        if (r == 3 && w == f->victim && f->how != KILLED_WAITING) {
             if (f->how == KILLED) raise(SIGKILL);
             if (f->how == ABORTS) raise(SIGABRT);
             if (f->how == RETURNS_ERROR) return al_errf(err, AL_EIO, "disk on fire");
@@ -132,6 +140,7 @@ static void test_liveness(void **state) {
         {ABORTS, AL_EPEER, "signal 6"},
         {RETURNS_ERROR, AL_EIO, "disk on fire"},
         {STALLS, AL_ETIMEOUT, "waiting for worker(s) 2"},
+        {KILLED_WAITING, AL_EPEER, "signal 9"},
     };
     for (size_t i = 0; i < AL_ARRAY_LEN(cases); i++) {
         al_shm s;

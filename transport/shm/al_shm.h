@@ -98,6 +98,9 @@ void al_shm_abort(al_shm *s, int code, int worker, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int al_shm_aborted(const al_shm *s);
 
+/* Worker w's process id during a run (0 before it started). */
+pid_t al_shm_worker_pid(const al_shm *s, int w);
+
 /* The per-worker scalar block: [W][AL_SHM_NSCALARS] doubles. */
 double *al_shm_scalars(al_shm *s, int worker);
 

@@ -4,7 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
+#include <linux/futex.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,17 +21,23 @@
 #define CTL_BYTES 65536                 /* the control block's share of the segment */
 
 /* The control block, at the start of the segment. Everything here is shared by
- * all W workers and the parent. The mutex is robust: if a process dies holding
- * it, the next locker gets EOWNERDEAD and repairs it instead of hanging. */
+ * all W workers and the parent.
+ *
+ * Synchronisation is lock-free on purpose: the barrier is an arrival counter
+ * and a generation word that waiters sleep on with raw futex calls (wake-ups
+ * are only hints; every sleep is bounded). A process can die at any
+ * instruction without leaving a lock held or a waiter registered somewhere.
+ * (A process-shared pthread condvar is not like that: glibc's broadcast waits
+ * for every registered waiter to leave, and a waiter killed inside
+ * pthread_cond_timedwait never does -- the first version hung exactly so.) */
 struct al_shm_ctl {
     uint64_t magic;
     int W;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;       /* signalled when a barrier opens or the run aborts */
-    unsigned count;          /* workers inside the current barrier generation */
-    unsigned gen;            /* barrier generation; bumps when the last one arrives */
+    atomic_uint count; /* workers inside the current barrier generation */
+    atomic_uint gen;   /* barrier generation; bumps when the last one arrives */
     unsigned arrived[AL_SHM_MAX_WORKERS]; /* last generation each worker entered */
-    atomic_int abort;        /* nonzero once the run is failing */
+    atomic_int claim;  /* 0 until someone takes the right to write the abort reason */
+    atomic_int abort;  /* nonzero once the run is failing */
     int abort_code, abort_worker;
     char abort_msg[480];
     pid_t pid[AL_SHM_MAX_WORKERS];
@@ -43,31 +50,23 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-/* Lock the robust mutex; a dead previous owner is not an error here (the
- * parent notices the death separately and aborts the run). */
-static void ctl_lock(al_shm_ctl *c) {
-    int rc = pthread_mutex_lock(&c->mu);
-    if (rc == EOWNERDEAD) pthread_mutex_consistent(&c->mu);
+static void futex_wake_all(atomic_uint *addr) {
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* Sleep while *addr == val, at most `secs` (spurious returns are fine). */
+static void futex_wait(atomic_uint *addr, unsigned val, double secs) {
+    struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
+    syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
 }
 
 static void ctl_reset(al_shm_ctl *c, int W) {
     c->magic = SHM_MAGIC;
     c->W = W;
-    pthread_mutexattr_t ma;
-    pthread_mutexattr_init(&ma);
-    pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&c->mu, &ma);
-    pthread_mutexattr_destroy(&ma);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    c->count = 0;
-    c->gen = 0;
+    atomic_store(&c->count, 0);
+    atomic_store(&c->gen, 0);
     for (int w = 0; w < AL_SHM_MAX_WORKERS; w++) c->arrived[w] = ~0u;
+    atomic_store(&c->claim, 0);
     atomic_store(&c->abort, 0);
     c->abort_code = 0;
     c->abort_worker = -1;
@@ -165,23 +164,29 @@ void al_shm_destroy(al_shm *s) {
     s->me = -1;
 }
 
+pid_t al_shm_worker_pid(const al_shm *s, int w) {
+    return s->ctl->pid[w];
+}
+
 double *al_shm_scalars(al_shm *s, int worker) {
     return s->ctl->scalars[worker];
 }
 
 /* ---- abort and barrier -------------------------------------------------------------- */
 
+/* The first caller claims the reason; the flag is raised by everyone (a
+ * claimer that dies between claim and flag must not keep the run alive: the
+ * parent raises it too). Waiters are woken; they also poll. */
 static void vabort(al_shm *s, int code, int worker, const char *fmt, va_list ap) {
     al_shm_ctl *c = s->ctl;
-    ctl_lock(c);
-    if (!atomic_load(&c->abort)) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&c->claim, &expected, 1)) {
         vsnprintf(c->abort_msg, sizeof c->abort_msg, fmt, ap);
         c->abort_code = code;
         c->abort_worker = worker;
-        atomic_store(&c->abort, 1);
     }
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    atomic_store(&c->abort, 1);
+    futex_wake_all(&c->gen);
 }
 
 void al_shm_abort(al_shm *s, int code, int worker, const char *fmt, ...) {
@@ -202,25 +207,22 @@ static int peer_error(al_shm *s, al_err *err) {
 int al_shm_barrier(al_shm *s, al_err *err) {
     al_shm_ctl *c = s->ctl;
     double t0 = al_now(), deadline = t0 + s->barrier_timeout_s;
-    ctl_lock(c);
-    if (atomic_load(&c->abort)) {
-        pthread_mutex_unlock(&c->mu);
-        return peer_error(s, err);
-    }
-    unsigned gen = c->gen;
+    if (atomic_load(&c->abort)) return peer_error(s, err);
+    unsigned gen = atomic_load(&c->gen);
     if (s->me >= 0) c->arrived[s->me] = gen;
-    if (++c->count == (unsigned)c->W) {
-        c->count = 0;
-        c->gen++;
-        pthread_cond_broadcast(&c->cv);
-        pthread_mutex_unlock(&c->mu);
+    if (atomic_fetch_add(&c->count, 1) + 1 == (unsigned)c->W) {
+        /* the last one in: reset the count before opening, so nobody can
+         * enter the next generation and find a stale count */
+        atomic_store(&c->count, 0);
+        atomic_fetch_add(&c->gen, 1);
+        futex_wake_all(&c->gen);
         s->wait_s += al_now() - t0;
         return 0;
     }
-    /* Wait in short slices: each wake-up checks the abort flag, the parent and
-     * the deadline, so a lost wake-up or a dead peer costs at most a slice. */
+    /* Sleep in short slices: each wake-up checks the abort flag, the parent
+     * and the deadline, so a lost wake-up or a dead peer costs at most a slice. */
     int rc = 0;
-    while (c->gen == gen) {
+    while (atomic_load(&c->gen) == gen) {
         if (atomic_load(&c->abort)) {
             rc = 1;
             break;
@@ -234,28 +236,17 @@ int al_shm_barrier(al_shm *s, al_err *err) {
             rc = 3;
             break;
         }
-        double until = AL_MIN(now + 0.05, deadline);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double wait = until - now;
-        ts.tv_sec += (time_t)wait;
-        ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        int wr = pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-        if (wr == EOWNERDEAD) pthread_mutex_consistent(&c->mu);
+        futex_wait(&c->gen, gen, AL_MIN(0.05, deadline - now));
     }
-    char missing[256] = "";
+    s->wait_s += al_now() - t0;
+    if (rc == 0) return 0;
     if (rc == 2) {
+        char missing[256] = "";
         size_t len = 0;
         for (int w = 0; w < c->W && len + 8 < sizeof missing; w++)
             if (c->arrived[w] != gen)
                 len += (size_t)snprintf(missing + len, sizeof missing - len, "%s%d",
                                         len ? ", " : "", w);
-    }
-    pthread_mutex_unlock(&c->mu);
-    s->wait_s += al_now() - t0;
-    if (rc == 0) return 0;
-    if (rc == 2) {
         al_shm_abort(s, AL_ETIMEOUT, -1, "barrier timed out after %.1f s waiting for worker(s) %s",
                      s->barrier_timeout_s, missing);
         return al_errf(err, AL_ETIMEOUT, "barrier timed out after %.1f s waiting for worker(s) %s",
