@@ -155,6 +155,11 @@ typedef struct al_model {
 
 /* Allocate a model for microbatches of B rows x T tokens (T <= cfg->T). */
 int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err *err);
+/* The same without the parameter and gradient buffers (params, grads and the
+ * pointer tables stay NULL): for sharded engines that hold one gathered unit
+ * at a time and pass pointer tables to the pieces below. A microbatch may then
+ * be any B' x T' with B'*T' <= B*T (one long row of packed documents, say). */
+int al_model_init_acts(al_model *m, const al_model_config *cfg, int B, int T, al_err *err);
 void al_model_free(al_model *m);
 /* GPT-2 init: N(0, 0.02) matrices, residual projections scaled by 1/sqrt(2L),
  * zero biases, unit LayerNorm gains. Deterministic in seed. */
@@ -175,5 +180,21 @@ void al_block_forward(al_model *m, int l, const al_layer_ptrs *p, const float *x
                       const al_batch *b);
 void al_block_backward(al_model *m, int l, const al_layer_ptrs *p, const al_layer_ptrs *g,
                        const float *x_in, const al_batch *b);
+/* Input of block l: the encoder output for l = 0, else block l-1's output;
+ * al_block_input(m, L) feeds the head. */
+const float *al_block_input(const al_model *m, int l);
+/* Unit 0 at the bottom: encoded = wte[tok] + wpe[pos]. Backward accumulates
+ * m->dres (d encoded, left there by block 0's backward) into g. */
+void al_embed_forward(al_model *m, const al_emb_ptrs *p, const al_batch *b);
+void al_embed_backward(al_model *m, const al_emb_ptrs *g, const al_batch *b);
+/* The head, which needs unit L+1 (final LayerNorm) and unit 0 (the tied
+ * output embedding): returns the summed loss. The backward (loss_scale as in
+ * al_model_backward) accumulates into ge->wte, gf, and leaves d(block L's
+ * output) in m->dres. al_model_forward/backward are these pieces in order. */
+double al_head_forward(al_model *m, const al_emb_ptrs *pe, const al_final_ptrs *pf,
+                       const al_batch *b);
+void al_head_backward(al_model *m, const al_emb_ptrs *pe, const al_emb_ptrs *ge,
+                      const al_final_ptrs *pf, const al_final_ptrs *gf, const al_batch *b,
+                      float loss_scale);
 
 #endif

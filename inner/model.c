@@ -155,7 +155,8 @@ void al_batch_free(al_batch *b) {
 
 /* ---- model ------------------------------------------------------------------- */
 
-int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err *err) {
+static int model_init(al_model *m, const al_model_config *cfg, int B, int T, int with_params,
+                      al_err *err) {
     memset(m, 0, sizeof *m);
     if (B < 1 || T < 1 || T > cfg->T)
         return al_errf(err, AL_EINVAL, "microbatch %dx%d does not fit preset '%s' (T <= %d)", B, T,
@@ -169,8 +170,10 @@ int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err 
     if (rc) return rc;
     int L = cfg->L;
     size_t P = m->lay.nparams, N = (size_t)B * T, C = (size_t)cfg->C, NH = (size_t)cfg->NH;
-    m->params = calloc(P, sizeof(float));
-    m->grads = calloc(P, sizeof(float));
+    if (with_params) {
+        m->params = calloc(P, sizeof(float));
+        m->grads = calloc(P, sizeof(float));
+    }
     m->p_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
     m->g_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
     m->layer = calloc((size_t)L, sizeof(al_layer_acts));
@@ -178,7 +181,7 @@ int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err 
     size_t per_layer = 16 * N * C + 4 * N + N * NH;
     size_t total = N * C + L * per_layer + N * C + 2 * N + N * (size_t)cfg->Vp + N + 10 * N * C;
     m->acts_mem = malloc(total * sizeof(float));
-    if (!m->params || !m->grads || !m->p_layer || !m->g_layer || !m->layer || !m->acts_mem) {
+    if ((with_params && (!m->params || !m->grads)) || !m->p_layer || !m->g_layer || !m->layer || !m->acts_mem) {
         al_model_free(m);
         return al_errf(err, AL_ENOMEM,
                        "model '%s' (%zu params, %zu activation floats): out of memory", cfg->preset,
@@ -214,6 +217,7 @@ int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err 
     m->datty = TAKE(N * C);
     m->dfch = TAKE(4 * N * C);
 #undef TAKE
+    if (!with_params) return 0;
     /* pointer tables into the flat buffers */
     al_emb_ptrs_at(&m->p_emb, cfg, m->params + m->lay.unit_off[0]);
     al_emb_ptrs_at(&m->g_emb, cfg, m->grads + m->lay.unit_off[0]);
@@ -224,6 +228,14 @@ int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err 
     al_final_ptrs_at(&m->p_final, cfg, m->params + m->lay.unit_off[L + 1]);
     al_final_ptrs_at(&m->g_final, cfg, m->grads + m->lay.unit_off[L + 1]);
     return 0;
+}
+
+int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err *err) {
+    return model_init(m, cfg, B, T, 1, err);
+}
+
+int al_model_init_acts(al_model *m, const al_model_config *cfg, int B, int T, al_err *err) {
+    return model_init(m, cfg, B, T, 0, err);
 }
 
 void al_model_free(al_model *m) {
@@ -308,32 +320,51 @@ void al_block_backward(al_model *m, int l, const al_layer_ptrs *p, const al_laye
                           a->ln1_rstd, N, C);
 }
 
-static const float *block_input(const al_model *m, int l) {
+const float *al_block_input(const al_model *m, int l) {
     return l == 0 ? m->encoded : m->layer[l - 1].res_out;
 }
 
-double al_model_forward(al_model *m, const al_batch *b) {
+void al_embed_forward(al_model *m, const al_emb_ptrs *p, const al_batch *b) {
+    al_encoder_forward(m->encoded, b->tokens, b->pos, p->wte, p->wpe, b->B * b->T, m->cfg.C);
+}
+
+void al_embed_backward(al_model *m, const al_emb_ptrs *g, const al_batch *b) {
+    al_encoder_backward(g->wte, g->wpe, m->dres, b->tokens, b->pos, b->B * b->T, m->cfg.C);
+}
+
+double al_head_forward(al_model *m, const al_emb_ptrs *pe, const al_final_ptrs *pf,
+                       const al_batch *b) {
     const al_model_config *c = &m->cfg;
     int N = b->B * b->T;
-    al_encoder_forward(m->encoded, b->tokens, b->pos, m->p_emb.wte, m->p_emb.wpe, N, c->C);
-    for (int l = 0; l < c->L; l++) al_block_forward(m, l, &m->p_layer[l], block_input(m, l), b);
-    al_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, c->L), m->p_final.lnfw,
-                         m->p_final.lnfb, N, c->C);
+    al_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, al_block_input(m, c->L), pf->lnfw,
+                         pf->lnfb, N, c->C);
     /* logits = lnf @ wte^T (tied output embedding) */
-    al_matmul_forward(m->logits, m->lnf, m->p_emb.wte, NULL, N, c->C, c->Vp, 0);
+    al_matmul_forward(m->logits, m->lnf, pe->wte, NULL, N, c->C, c->Vp, 0);
     return al_crossentropy_forward(m->losses, m->logits, b->targets, N, c->V, c->Vp);
 }
 
-void al_model_backward(al_model *m, const al_batch *b, float loss_scale) {
+void al_head_backward(al_model *m, const al_emb_ptrs *pe, const al_emb_ptrs *ge,
+                      const al_final_ptrs *pf, const al_final_ptrs *gf, const al_batch *b,
+                      float loss_scale) {
     const al_model_config *c = &m->cfg;
     int N = b->B * b->T;
     al_crossentropy_backward(m->logits, b->targets, loss_scale, N, c->V, c->Vp);
-    al_matmul_backward(m->dln, m->g_emb.wte, NULL, m->logits, m->lnf, m->p_emb.wte, N, c->C, c->Vp,
-                       0);
+    al_matmul_backward(m->dln, ge->wte, NULL, m->logits, m->lnf, pe->wte, N, c->C, c->Vp, 0);
     memset(m->dres, 0, (size_t)N * c->C * sizeof(float));
-    al_layernorm_backward(m->dres, m->g_final.lnfw, m->g_final.lnfb, m->dln, block_input(m, c->L),
-                          m->p_final.lnfw, m->lnf_mean, m->lnf_rstd, N, c->C);
-    for (int l = c->L - 1; l >= 0; l--)
-        al_block_backward(m, l, &m->p_layer[l], &m->g_layer[l], block_input(m, l), b);
-    al_encoder_backward(m->g_emb.wte, m->g_emb.wpe, m->dres, b->tokens, b->pos, N, c->C);
+    al_layernorm_backward(m->dres, gf->lnfw, gf->lnfb, m->dln, al_block_input(m, c->L), pf->lnfw,
+                          m->lnf_mean, m->lnf_rstd, N, c->C);
+}
+
+double al_model_forward(al_model *m, const al_batch *b) {
+    al_embed_forward(m, &m->p_emb, b);
+    for (int l = 0; l < m->cfg.L; l++)
+        al_block_forward(m, l, &m->p_layer[l], al_block_input(m, l), b);
+    return al_head_forward(m, &m->p_emb, &m->p_final, b);
+}
+
+void al_model_backward(al_model *m, const al_batch *b, float loss_scale) {
+    al_head_backward(m, &m->p_emb, &m->g_emb, &m->p_final, &m->g_final, b, loss_scale);
+    for (int l = m->cfg.L - 1; l >= 0; l--)
+        al_block_backward(m, l, &m->p_layer[l], &m->g_layer[l], al_block_input(m, l), b);
+    al_embed_backward(m, &m->g_emb, b);
 }

@@ -17,7 +17,7 @@
 #define AL_COMMANDS(X)                                                                             \
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
-    X("bench", al_cmd_bench, "benchmarks: bench inner")                                            \
+    X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport")                              \
     X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \
     X("certs", al_cmd_certs, "create a run's CA and per-site mTLS keys and certificates")          \
     X("wanem", al_cmd_wanem, "WAN emulator: a TCP proxy with rate, latency, scheduled cuts")       \
@@ -26,12 +26,22 @@
 /* X(name, function, one-line summary) for `autoloco bench NAME`. */
 #define AL_BENCHES(X)                                                                              \
     X("inner", al_bench_inner, "time training steps against OpenBLAS sgemm")                       \
-    X("transport", al_bench_transport, "cross-site link: mTLS vs insecure MB/s, codecs")
+    X("transport", al_bench_transport, "cross-site link: mTLS vs insecure MB/s, codecs")           \
+    X("odc", al_bench_odc, "ODC vs the FSDP baseline over W worker processes (--simulate: W=8..64)")
 
 #define AL_CMD_DECL(name, fn, summary) int fn(int argc, char **argv, al_err *err);
 AL_COMMANDS(AL_CMD_DECL)
 AL_BENCHES(AL_CMD_DECL)
 #undef AL_CMD_DECL
+
+/* `autoloco train` with [inner] workers > 1 (runtime/train_workers.c). */
+struct al_config;
+struct al_model_config;
+struct al_train_opts;
+struct al_tokens;
+int al_train_workers(const struct al_config *c, const struct al_model_config *mc,
+                     const struct al_train_opts *o, const struct al_tokens *train,
+                     const struct al_tokens *val, const char *hash, al_err *err);
 
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */
 int al_cli_int(const char *flag, const char *s, long lo, long hi, long *out, al_err *err);

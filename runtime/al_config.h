@@ -38,6 +38,11 @@
     X(inner, eval_batches, INT, 0, 0, 1 << 20,                                                     \
       "validation microbatches per evaluation (0 = the whole split)")                              \
     X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")               \
+    X(inner, workers, INT, 1, 1, 64, "worker processes in this site (> 1: sharded, see mode)")     \
+    X(inner, mode, STR, "odc", "odc|fsdp", 0,                                                      \
+      "workers > 1: odc (one-sided get/push) or fsdp (lockstep collectives baseline)")             \
+    X(inner, balance, STR, "auto", "auto|naive|micro|lpt|kk", 0,                                   \
+      "workers > 1: minibatch plan (auto = lpt for odc, micro for fsdp)")                          \
     X(checkpoint, dir, STR, "runs/train", NULL, 0, "checkpoint folder")                            \
     X(checkpoint, every, INT, 0, 0, 1L << 40, "save every N steps (0 = only at the end)")          \
     X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints kept (0 = all)")                          \

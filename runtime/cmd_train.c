@@ -26,7 +26,9 @@ static void train_usage(FILE *f) {
                "  --steps N           same as --set inner.steps=N\n"
                "  --threads N         same as --set inner.threads=N\n"
                "  --resume PATH       continue from a checkpoint folder, or the newest valid\n"
-               "                      one under PATH\n"
+               "                      one under PATH\n"               "  --workers W         same as --set inner.workers=W (> 1: W worker processes\n"
+               "                      sharing one model over shared memory)\n"
+               "  --mode odc|fsdp     same as --set inner.mode=...\n"
                "  --help-config       list every configuration key with its default\n");
 }
 
@@ -102,7 +104,8 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
         {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'},
         {"steps", required_argument, 0, 'n'},  {"threads", required_argument, 0, 't'},
         {"resume", required_argument, 0, 'r'}, {"help-config", no_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},         {"workers", required_argument, 0, 'W'},
+        {"mode", required_argument, 0, 'M'},   {0, 0, 0, 0}};
     run r;
     memset(&r, 0, sizeof r);
     al_log_init(&r.log, AL_LOG_INFO, stderr);
@@ -136,6 +139,10 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
             al_err_prefix(err, "--steps");
         else if (ch == 't' && (rc = al_config_set(&r.cfg, "inner", "threads", optarg, err)))
             al_err_prefix(err, "--threads");
+        else if (ch == 'W' && (rc = al_config_set(&r.cfg, "inner", "workers", optarg, err)))
+            al_err_prefix(err, "--workers");
+        else if (ch == 'M' && (rc = al_config_set(&r.cfg, "inner", "mode", optarg, err)))
+            al_err_prefix(err, "--mode");
         else if (ch == 'r')
             resume = optarg;
         if (rc) goto out;
@@ -179,6 +186,14 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     }
     if ((rc = al_tokens_load(&r.train, c->data_train, err))) goto out;
     if (c->data_val[0] && (rc = al_tokens_load(&r.val, c->data_val, err))) goto out;
+    if (c->inner_workers > 1) { /* one site, W worker processes (issue 3) */
+        if (resume) {
+            rc = al_errf(err, AL_EUNSUPPORTED, "--resume with more than one worker: not yet");
+            goto out;
+        }
+        rc = al_train_workers(c, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, r.hash, err);
+        goto out;
+    }
     if ((rc = al_trainer_init(&r.tr, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, err))) goto out;
     if (resume) {
         char dir[4096];

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# test_odc_cli.sh AUTOLOCO -- `autoloco train --workers` and `bench odc` from
+# the command line: both modes train and checkpoint; SIGKILL of one worker
+# process ends the run within seconds with one error line naming the worker
+# and leaves nothing in /dev/shm; bench odc --json ends with the keys the
+# results page relies on.
+set -u
+bin=${1:?usage: test_odc_cli.sh path/to/autoloco}
+tmp=$(mktemp -d /tmp/al-test-odc-cli.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+no() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+mkdir -p "$tmp/in"
+for i in $(seq 1 300); do
+    printf 'fortune %d: %s\n%%\n' "$i" "$(head -c $((i % 97 + 3)) /dev/zero | tr '\0' 'x')"
+done >"$tmp/in/f"
+"$bin" data prep --format fortune -o "$tmp/data" "$tmp/in" >/dev/null || no "data prep"
+common=(--set model.preset=tiny --set data.train="$tmp/data/train.bin"
+    --set data.val="$tmp/data/val.bin" --set inner.batch=6 --set inner.threads=1
+    --set inner.eval_batches=2 --set checkpoint.dir="$tmp/ck")
+
+for mode in odc fsdp; do
+    out=$("$bin" train "${common[@]}" --steps 6 --workers 2 --mode "$mode" 2>&1)
+    if [[ $? -ne 0 || $out != *"saved checkpoint"* || $out != *"step      6/6"* ]]; then
+        no "train --workers 2 --mode $mode: $out"
+    else echo "ok: train --workers 2 --mode $mode"; fi
+done
+
+# kill one worker of a long run
+"$bin" train "${common[@]}" --steps 1000000 --workers 2 >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+# a watchdog, so that a hang fails this test instead of leaving processes
+# (workers die with their parent)
+(sleep 30 && kill -KILL $pid 2>/dev/null) >/dev/null 2>&1 &
+watchdog=$!
+victim=""
+for _ in $(seq 1 100); do
+    victim=$(cat /proc/$pid/task/*/children 2>/dev/null | awk '{print $2}')
+    [[ -n $victim ]] && break
+    sleep 0.05
+done
+if [[ -z $victim ]]; then
+    no "no worker processes appeared"
+    kill -KILL $pid 2>/dev/null
+else
+    sleep 0.3
+    t0=$(date +%s.%N)
+    kill -KILL "$victim"
+    wait $pid
+    rc=$?
+    dt=$(echo "$(date +%s.%N) - $t0" | bc)
+    err=$(cat "$tmp/err")
+    if [[ $rc -ne 1 || $err != "autoloco: error: worker 1 (pid $victim) was killed by signal 9"* ]]; then
+        no "killed worker: exit $rc, stderr: $err"
+    elif (($(echo "$dt > 5" | bc))); then
+        no "killed worker: took $dt s"
+    else echo "ok: killed worker -> exit $rc after ${dt}s: $err"; fi
+fi
+kill $watchdog 2>/dev/null
+left=$(ls /dev/shm | grep -c "^autoloco\.train\.$pid\." || true)
+[[ $left -eq 0 ]] || no "$left segment(s) left in /dev/shm"
+
+# bench odc on the same tiny data: the JSON keys
+line=$("$bin" bench odc --preset tiny --data "$tmp/data/train.bin" --docs 4 --steps 1 --rounds 1 \
+    --json 2>&1 | tail -1)
+for k in speedup_odc_vs_fsdp_skewed speedup_odc_vs_fsdp_fixed idle_fsdp_skewed idle_odc_skewed \
+    peak_gathered_bytes; do
+    [[ $line == "{"*"\"$k\":"*"}" ]] || no "bench odc --json lacks $k: $line"
+done
+line=$("$bin" bench odc --preset tiny --data "$tmp/data/train.bin" --simulate --json 2>&1 | tail -1)
+[[ $line == *'"W":64'* ]] || no "bench odc --simulate --json: $line"
+"$bin" bench odc --workers 0 2>/dev/null && no "bench odc --workers 0 accepted"
+
+echo "$fail failure(s)"
+[[ $fail -eq 0 ]]
