@@ -25,6 +25,7 @@ typedef struct sink {
     int opened, completed, abandoned;
     uint8_t *last; /* the last completed shard (owned) */
     uint64_t last_len;
+    char puller[AL_SITE_MAX + 1]; /* who pulled state last */
     uint8_t state[300000];
 } sink;
 
@@ -54,9 +55,12 @@ static void sink_done(void *u, const al_shard_meta *m, uint8_t *dst, int complet
     pthread_mutex_unlock(&s->mu);
 }
 
-static int sink_state(void *u, uint32_t part, const uint8_t **data, uint64_t *len, char *why,
-                      size_t n) {
+static int sink_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
+                      char *why, size_t n) {
     sink *s = u;
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->puller, sizeof s->puller, "%s", site);
+    pthread_mutex_unlock(&s->mu);
     if (part != AL_STATE_THETA) {
         snprintf(why, n, "part %u: none here", part);
         return AL_ST_NOT_FOUND;
@@ -97,18 +101,28 @@ static int setup(void **state) {
     const char *sites[] = {"a", "b", "c", "mallory"};
     const char *others[] = {"b"};
     al_err err = {0};
-    if (al_certs_create(F.dir, sites, 4, 30, &err) || al_certs_create(F.other, others, 1, 30, &err)) {
+    if (al_certs_create(F.dir, sites, 4, 30, &err) ||
+        al_certs_create(F.other, others, 1, 30, &err)) {
         print_error("certs: %s\n", err.msg);
         return -1;
     }
     pthread_mutex_init(&F.sk.mu, NULL);
     for (size_t i = 0; i < sizeof F.sk.state; i++) F.sk.state[i] = (uint8_t)(i * 7 + 3);
     const char *peers[] = {"b", "c"};
-    al_server_cfg cfg = {.listen = "127.0.0.1:0", .site = "a", .run_id = "run-1", .peers = peers,
-                         .npeers = 2, .tls = {P(F.dir, "ca.pem"), P(F.dir, "a.pem"), P(F.dir, "a.key")},
-                         .threads = 3, .max_message = (1u << 20) + (64u << 10), .num_shards = 4,
-                         .max_shard_bytes = 64u << 20, .idle_timeout_s = 20,
-                         .hooks = {.user = &F.sk, .shard_open = sink_open, .shard_done = sink_done,
+    al_server_cfg cfg = {.listen = "127.0.0.1:0",
+                         .site = "a",
+                         .run_id = "run-1",
+                         .peers = peers,
+                         .npeers = 2,
+                         .tls = {P(F.dir, "ca.pem"), P(F.dir, "a.pem"), P(F.dir, "a.key")},
+                         .threads = 3,
+                         .max_message = (1u << 20) + (64u << 10),
+                         .num_shards = 4,
+                         .max_shard_bytes = 64u << 20,
+                         .idle_timeout_s = 20,
+                         .hooks = {.user = &F.sk,
+                                   .shard_open = sink_open,
+                                   .shard_done = sink_done,
                                    .state = sink_state},
                          .log = &F.log};
     if (al_server_start(&cfg, &F.srv, &err)) {
@@ -135,11 +149,18 @@ static al_client *client_as(const char *site, const char *dir, const char *cert_
     char cert[64], key[64];
     snprintf(cert, sizeof cert, "%s.pem", cert_site);
     snprintf(key, sizeof key, "%s.key", cert_site);
-    al_client_cfg cfg = {.target = F.target, .site = site, .peer = "a", .run_id = "run-1",
+    al_client_cfg cfg = {.target = F.target,
+                         .site = site,
+                         .peer = "a",
+                         .run_id = "run-1",
                          .tls = {P(F.dir, "ca.pem"), cert_site ? P(dir, cert) : NULL,
                                  cert_site ? P(dir, key) : NULL},
-                         .chunk_bytes = 1u << 20, .deadline_s = 20, .max_attempts = 2,
-                         .backoff_s = 0.01, .backoff_max_s = 0.05, .seed = 1};
+                         .chunk_bytes = 1u << 20,
+                         .deadline_s = 20,
+                         .max_attempts = 2,
+                         .backoff_s = 0.01,
+                         .backoff_max_s = 0.05,
+                         .seed = 1};
     al_client *c = NULL;
     al_err err = {0};
     if (al_client_new(&cfg, &c, &err)) fail_msg("client: %s", err.msg);
@@ -147,8 +168,14 @@ static al_client *client_as(const char *site, const char *dir, const char *cert_
 }
 
 static al_shard_meta meta_for(const char *site, uint32_t shard, const uint8_t *data, uint64_t n) {
-    al_shard_meta m = {.round = 10, .epoch = 2, .phase = AL_PHASE_REDUCE, .shard_id = shard,
-                       .num_shards = 4, .total_bytes = n, .codec = AL_CODEC_INT8, .zstd = 1,
+    al_shard_meta m = {.round = 10,
+                       .epoch = 2,
+                       .phase = AL_PHASE_REDUCE,
+                       .shard_id = shard,
+                       .num_shards = 4,
+                       .total_bytes = n,
+                       .codec = AL_CODEC_INT8,
+                       .zstd = 1,
                        .shard_checksum = al_xxh64(data, n, 0)};
     snprintf(m.site, sizeof m.site, "%s", site);
     return m;
@@ -195,14 +222,15 @@ static int push_raw(al_client *c, Autoloco__V1__ShardChunk *chunks, size_t n) {
         protobuf_c_message_pack(&chunks[i].base, bufs[i]);
     }
     al_err err = {0};
-    int st = al_client_call_raw(c, "PushShard", (const uint8_t *const *)bufs, lens, n, NULL, NULL,
-                                &err);
+    int st =
+        al_client_call_raw(c, "PushShard", (const uint8_t *const *)bufs, lens, n, NULL, NULL, &err);
     print_message("    PushShard -> %s: %s\n", al_status_name(st), al_client_last_details(c));
     for (size_t i = 0; i < n; i++) free(bufs[i]);
     return st;
 }
 
-/* ---- tests ------------------------------------------------------------------------------------ */
+/* ---- tests ------------------------------------------------------------------------------------
+ */
 
 static void test_hello_and_ping(void **state) {
     (void)state;
@@ -377,9 +405,13 @@ static void test_message_refusals(void **state) {
     al_client_free(c);
 
     /* oversize: a client allowed to send 2 MiB messages against a 1 MiB server */
-    al_client_cfg cfg = {.target = F.target, .site = "b", .peer = "a", .run_id = "run-1",
+    al_client_cfg cfg = {.target = F.target,
+                         .site = "b",
+                         .peer = "a",
+                         .run_id = "run-1",
                          .tls = {P(F.dir, "ca.pem"), P(F.dir, "b.pem"), P(F.dir, "b.key")},
-                         .chunk_bytes = 2u << 20, .max_attempts = 1};
+                         .chunk_bytes = 2u << 20,
+                         .max_attempts = 1};
     assert_int_equal(al_client_new(&cfg, &c, &err), 0);
     uint64_t n = 3u << 20;
     uint8_t *data = pattern(n, 9);
@@ -440,11 +472,14 @@ static void test_state_pull(void **state) {
     uint8_t *data;
     uint64_t len;
     al_err err = {0};
-    if (al_client_pull_state(c, AL_STATE_THETA, 1u << 20, &data, &len, &err)) fail_msg("%s", err.msg);
+    if (al_client_pull_state(c, AL_STATE_THETA, 1u << 20, &data, &len, &err))
+        fail_msg("%s", err.msg);
     assert_int_equal(len, sizeof F.sk.state);
     assert_memory_equal(data, F.sk.state, len);
+    assert_string_equal(F.sk.puller, "b"); /* the hook is told the authenticated caller */
     free(data);
-    assert_int_equal(al_client_pull_state(c, AL_STATE_MOMENTUM, 1u << 20, &data, &len, &err), AL_EPEER);
+    assert_int_equal(al_client_pull_state(c, AL_STATE_MOMENTUM, 1u << 20, &data, &len, &err),
+                     AL_EPEER);
     assert_int_equal(al_client_last_status(c), AL_ST_NOT_FOUND);
     assert_int_equal(al_client_pull_state(c, AL_STATE_THETA, 1000, &data, &len, &err), AL_EPEER);
     assert_int_equal(al_client_last_status(c), AL_ST_OUT_OF_RANGE); /* larger than we accept */
@@ -464,12 +499,15 @@ static void test_keys_and_certs(void **state) {
     assert_int_equal(al_certs_create(F.dir, bad, 1, 30, &err), AL_EINVAL);
     /* a key readable by others is refused, on both sides */
     assert_int_equal(chmod(P(F.dir, "c.key"), 0644), 0);
-    al_client_cfg cfg = {.target = F.target, .site = "c", .peer = "a",
+    al_client_cfg cfg = {.target = F.target,
+                         .site = "c",
+                         .peer = "a",
                          .tls = {P(F.dir, "ca.pem"), P(F.dir, "c.pem"), P(F.dir, "c.key")}};
     al_client *c = NULL;
     assert_int_equal(al_client_new(&cfg, &c, &err), AL_ECONFIG);
     print_message("    %s\n", err.msg);
-    al_server_cfg scfg = {.site = "c", .run_id = "r",
+    al_server_cfg scfg = {.site = "c",
+                          .run_id = "r",
                           .tls = {P(F.dir, "ca.pem"), P(F.dir, "c.pem"), P(F.dir, "c.key")}};
     al_server *s = NULL;
     assert_int_equal(al_server_start(&scfg, &s, &err), AL_ECONFIG);
@@ -479,9 +517,13 @@ static void test_keys_and_certs(void **state) {
 static void test_insecure(void **state) {
     (void)state;
     const char *peers[] = {"b"};
-    al_server_cfg cfg = {.site = "a", .run_id = "run-1", .peers = peers, .npeers = 1,
-                         .insecure = 1, .hooks = {.user = &F.sk, .shard_open = sink_open,
-                                                  .shard_done = sink_done}};
+    al_server_cfg cfg = {
+        .site = "a",
+        .run_id = "run-1",
+        .peers = peers,
+        .npeers = 1,
+        .insecure = 1,
+        .hooks = {.user = &F.sk, .shard_open = sink_open, .shard_done = sink_done}};
     al_server *s;
     al_err err = {0};
     assert_int_equal(al_server_start(&cfg, &s, &err), 0);

@@ -131,27 +131,28 @@ typedef struct al_server_hooks {
     void (*shard_done)(void *user, const al_shard_meta *m, uint8_t *dst, int complete);
     /* Stats from a peer (validated). Return 0 or an al_status to refuse. */
     int (*stats)(void *user, const al_stats *s, char *why, size_t n);
-    /* A joining peer asks for a part of the state: point *data at it (valid
-     * for the duration of the call) or return an al_status. */
-    int (*state)(void *user, uint32_t part, const uint8_t **data, uint64_t *len, char *why,
-                 size_t n);
+    /* A joining peer (`site`, authenticated) asks for a part of the state:
+     * point *data at it (valid until the reply is sent: keep it alive after
+     * the hook returns) or return an al_status. */
+    int (*state)(void *user, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
+                 char *why, size_t n);
 } al_server_hooks;
 
 typedef struct al_server_cfg {
-    const char *listen;  /* "127.0.0.1:0" picks a free port (al_server_port) */
-    const char *site;    /* our own name */
-    const char *run_id;  /* a handshake with another run id is refused */
+    const char *listen;       /* "127.0.0.1:0" picks a free port (al_server_port) */
+    const char *site;         /* our own name */
+    const char *run_id;       /* a handshake with another run id is refused */
     const char *const *peers; /* the sites allowed to talk to us */
     size_t npeers;
     al_tls_paths tls;
-    int insecure;        /* no TLS at all: only for benchmarks; identities unchecked */
-    int threads;         /* completion-queue threads = concurrent calls (default 4) */
-    size_t max_message;  /* largest message accepted (default 4 MiB + 64 KiB) */
-    uint32_t num_shards; /* shards per vector this run (default 1) */
+    int insecure;             /* no TLS at all: only for benchmarks; identities unchecked */
+    int threads;              /* completion-queue threads = concurrent calls (default 4) */
+    size_t max_message;       /* largest message accepted (default 4 MiB + 64 KiB) */
+    uint32_t num_shards;      /* shards per vector this run (default 1) */
     uint64_t max_shard_bytes; /* largest shard accepted (default 1 GiB + 64 KiB) */
     double idle_timeout_s;    /* longest wait for a client's next message (default 30) */
     al_server_hooks hooks;
-    const al_log *log;   /* may be NULL */
+    const al_log *log; /* may be NULL */
 } al_server_cfg;
 
 int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err);
@@ -173,18 +174,18 @@ void al_server_stop(al_server *s);
 typedef struct al_client al_client;
 
 typedef struct al_client_cfg {
-    const char *target;  /* "host:port" of the peer's server (or of a wanem in between) */
-    const char *site;    /* our own name, claimed in every message */
-    const char *peer;    /* the peer's site name: its certificate must be for this name */
-    const char *run_id;  /* sent when pulling state */
+    const char *target; /* "host:port" of the peer's server (or of a wanem in between) */
+    const char *site;   /* our own name, claimed in every message */
+    const char *peer;   /* the peer's site name: its certificate must be for this name */
+    const char *run_id; /* sent when pulling state */
     al_tls_paths tls;
     int insecure;
-    size_t chunk_bytes;  /* default 4 MiB */
-    size_t max_message;  /* default chunk_bytes + 64 KiB */
-    double deadline_s;   /* per call (default 60) */
-    int max_attempts;    /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
+    size_t chunk_bytes; /* default 4 MiB */
+    size_t max_message; /* default chunk_bytes + 64 KiB */
+    double deadline_s;  /* per call (default 60) */
+    int max_attempts;   /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
     double backoff_s, backoff_max_s; /* capped exponential backoff, full jitter (0.1, 5) */
-    uint64_t seed;       /* jitter RNG */
+    uint64_t seed;                   /* jitter RNG */
     const al_log *log;
 } al_client_cfg;
 
@@ -196,8 +197,8 @@ int al_client_hello(al_client *c, const al_hello *mine, al_hello *theirs, al_err
  * is retried with backoff and resumes at the offset the server holds. */
 int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *data, al_err *err);
 /* Ask how many bytes of a shard the server holds in order (and if complete). */
-int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *received,
-                          int *complete, al_err *err);
+int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *received, int *complete,
+                          al_err *err);
 int al_client_push_stats(al_client *c, const al_stats *s, al_err *err);
 /* Pull one part of the state into a malloc'd buffer (at most max_bytes). */
 int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_t **data,

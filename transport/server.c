@@ -109,7 +109,8 @@ static int wait_op(call_ctx *c, intptr_t want) {
             if (want == TAG_CLOSE) return timed_out ? -1 : 0;
             continue;
         }
-        if ((intptr_t)ev.tag == TAG_OP) return (ev.success && !timed_out && want == TAG_OP) ? 0 : -1;
+        if ((intptr_t)ev.tag == TAG_OP)
+            return (ev.success && !timed_out && want == TAG_OP) ? 0 : -1;
     }
 }
 
@@ -138,8 +139,8 @@ static int send_msg(call_ctx *c, const ProtobufCMessage *m) {
     ops[1].data.send_message.send_message = tu_pack(m, &len);
     size_t first = c->md_sent ? 1 : 0;
     c->md_sent = 1;
-    grpc_call_error e = grpc_call_start_batch(c->call, ops + first, 2 - first,
-                                              (void *)(intptr_t)TAG_OP, NULL);
+    grpc_call_error e =
+        grpc_call_start_batch(c->call, ops + first, 2 - first, (void *)(intptr_t)TAG_OP, NULL);
     int rc = e == GRPC_CALL_OK ? wait_op(c, TAG_OP) : -1;
     grpc_byte_buffer_destroy(ops[1].data.send_message.send_message);
     if (c->peer) atomic_fetch_add(&c->peer->tx, len);
@@ -247,14 +248,14 @@ static void remove_shard(al_server *s, shard_entry *e) {
 static int check_round(al_server *s, uint64_t round, uint64_t epoch, char *why, size_t n) {
     if (epoch < s->epoch || (epoch == s->epoch && round < s->round)) {
         snprintf(why, n, "round: (round %llu, epoch %llu) is stale: this site is at (%llu, %llu)",
-                 (unsigned long long)round, (unsigned long long)epoch,
-                 (unsigned long long)s->round, (unsigned long long)s->epoch);
+                 (unsigned long long)round, (unsigned long long)epoch, (unsigned long long)s->round,
+                 (unsigned long long)s->epoch);
         return AL_ST_FAILED_PRECONDITION;
     }
     if (epoch > s->epoch || round > s->round + 1) {
         snprintf(why, n, "round: (round %llu, epoch %llu) is ahead of this site's (%llu, %llu)",
-                 (unsigned long long)round, (unsigned long long)epoch,
-                 (unsigned long long)s->round, (unsigned long long)s->epoch);
+                 (unsigned long long)round, (unsigned long long)epoch, (unsigned long long)s->round,
+                 (unsigned long long)s->epoch);
         return AL_ST_FAILED_PRECONDITION;
     }
     return AL_ST_OK;
@@ -288,7 +289,8 @@ static int place_chunk(al_server *s, const Autoloco__V1__ShardChunk *m, uint64_t
             (st = s->cfg.hooks.shard_open(s->cfg.hooks.user, &k, &dst, why, n)))
             goto out;
         if (!dst) {
-            snprintf(why, n, "shard: no destination for %llu bytes", (unsigned long long)k.total_bytes);
+            snprintf(why, n, "shard: no destination for %llu bytes",
+                     (unsigned long long)k.total_bytes);
             st = AL_ST_RESOURCE_EXHAUSTED;
             goto out;
         }
@@ -361,8 +363,7 @@ static void do_push_shard(call_ctx *c) {
     grpc_slice sl;
     while ((r = read_msg(c, &sl)) == 1) {
         Autoloco__V1__ShardChunk *m;
-        st = unpack(&sl, &autoloco__v1__shard_chunk__descriptor, (ProtobufCMessage **)&m, why,
-                    WHY);
+        st = unpack(&sl, &autoloco__v1__shard_chunk__descriptor, (ProtobufCMessage **)&m, why, WHY);
         if (st) break;
         if (!(st = wire_check_chunk(m, &s->lim, why, WHY)) &&
             !(st = check_identity(c, m->site, why, WHY)))
@@ -413,7 +414,9 @@ static void do_query(call_ctx *c) {
         st = check_identity(c, m->site, why, WHY);
     Autoloco__V1__ShardAck ack = AUTOLOCO__V1__SHARD_ACK__INIT;
     if (!st) {
-        al_shard_meta k = {.round = m->round, .epoch = m->epoch, .phase = (uint32_t)m->phase,
+        al_shard_meta k = {.round = m->round,
+                           .epoch = m->epoch,
+                           .phase = (uint32_t)m->phase,
                            .shard_id = m->shard_id};
         snprintf(k.site, sizeof k.site, "%s", m->site);
         pthread_mutex_lock(&s->mu);
@@ -438,8 +441,8 @@ static void do_hello(call_ctx *c) {
     char why[WHY] = "";
     Autoloco__V1__Handshake *m = NULL;
     int st = read_unary(c, &autoloco__v1__handshake__descriptor, (ProtobufCMessage **)&m, why);
-    if (!st && !(st = wire_check_hello(m, why, WHY)) && !(st = check_identity(c, m->site, why, WHY)) &&
-        strcmp(m->run_id, s->run_id)) {
+    if (!st && !(st = wire_check_hello(m, why, WHY)) &&
+        !(st = check_identity(c, m->site, why, WHY)) && strcmp(m->run_id, s->run_id)) {
         snprintf(why, WHY, "run_id: '%.128s', this site runs '%s'", m->run_id, s->run_id);
         st = AL_ST_FAILED_PRECONDITION;
     }
@@ -465,7 +468,8 @@ static void do_stats(call_ctx *c) {
     char why[WHY] = "";
     Autoloco__V1__Stats *m = NULL;
     int st = read_unary(c, &autoloco__v1__stats__descriptor, (ProtobufCMessage **)&m, why);
-    if (!st && !(st = wire_check_stats(m, why, WHY)) && !(st = check_identity(c, m->site, why, WHY))) {
+    if (!st && !(st = wire_check_stats(m, why, WHY)) &&
+        !(st = check_identity(c, m->site, why, WHY))) {
         pthread_mutex_lock(&s->mu);
         st = check_round(s, m->round, m->epoch, why, WHY);
         pthread_mutex_unlock(&s->mu);
@@ -525,13 +529,15 @@ static void do_pull_state(call_ctx *c) {
     const uint8_t *data = NULL;
     uint64_t len = 0;
     uint32_t part = m ? (uint32_t)m->part : 0;
+    char who[AL_SITE_MAX + 1] = "";
+    if (m && m->site) snprintf(who, sizeof who, "%s", m->site);
     if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
     if (!st) {
         if (!s->cfg.hooks.state) {
             snprintf(why, WHY, "state: this site serves no state");
             st = AL_ST_UNIMPLEMENTED;
         } else {
-            st = s->cfg.hooks.state(s->cfg.hooks.user, part, &data, &len, why, WHY);
+            st = s->cfg.hooks.state(s->cfg.hooks.user, who, part, &data, &len, why, WHY);
         }
     }
     if (st) {
@@ -568,21 +574,24 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
     call_ctx c = {.w = w, .call = call, .deadline = d->deadline};
     grpc_op close_op = {.op = GRPC_OP_RECV_CLOSE_ON_SERVER};
     close_op.data.recv_close_on_server.cancelled = &c.cancelled;
-    if (grpc_call_start_batch(call, &close_op, 1, (void *)(intptr_t)TAG_CLOSE, NULL) != GRPC_CALL_OK)
+    if (grpc_call_start_batch(call, &close_op, 1, (void *)(intptr_t)TAG_CLOSE, NULL) !=
+        GRPC_CALL_OK)
         return;
     read_cn(&c);
     if (c.cn[0]) c.peer = find_peer(w->srv, c.cn); /* count bytes from the first message on */
     static const struct {
         const char *name;
         void (*fn)(call_ctx *);
-    } methods[] = {{"PushShard", do_push_shard}, {"QueryShard", do_query}, {"Hello", do_hello},
-                   {"PushStats", do_stats},      {"Ping", do_ping},        {"PullState", do_pull_state}};
+    } methods[] = {
+        {"PushShard", do_push_shard}, {"QueryShard", do_query}, {"Hello", do_hello},
+        {"PushStats", do_stats},      {"Ping", do_ping},        {"PullState", do_pull_state}};
     size_t plen = strlen(AL_METHOD_PREFIX), mlen = GRPC_SLICE_LENGTH(d->method);
     const char *mp = (const char *)GRPC_SLICE_START_PTR(d->method);
     int found = 0;
     for (size_t i = 0; i < AL_ARRAY_LEN(methods) && !found; i++) {
         size_t nl = strlen(methods[i].name);
-        if (mlen == plen + nl && !memcmp(mp, AL_METHOD_PREFIX, plen) && !memcmp(mp + plen, methods[i].name, nl)) {
+        if (mlen == plen + nl && !memcmp(mp, AL_METHOD_PREFIX, plen) &&
+            !memcmp(mp + plen, methods[i].name, nl)) {
             found = 1;
             methods[i].fn(&c);
         }
@@ -603,7 +612,8 @@ static void *worker_main(void *arg) {
                                                      w->cq, (void *)(intptr_t)TAG_NEW);
         int ok = 0;
         if (e == GRPC_CALL_OK) {
-            grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+            grpc_event ev =
+                grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
             ok = ev.type == GRPC_OP_COMPLETE && ev.success;
         }
         if (ok) serve_call(w, call, &details);
@@ -621,8 +631,9 @@ static void free_server(al_server *s) {
     for (int i = 0; i < s->nworkers; i++) {
         if (!s->workers[i].cq) continue;
         grpc_completion_queue_shutdown(s->workers[i].cq);
-        while (grpc_completion_queue_next(s->workers[i].cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-                   .type != GRPC_QUEUE_SHUTDOWN) {
+        while (
+            grpc_completion_queue_next(s->workers[i].cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
+                .type != GRPC_QUEUE_SHUTDOWN) {
         }
         grpc_completion_queue_destroy(s->workers[i].cq);
     }
@@ -673,7 +684,8 @@ int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err) {
     }
     for (size_t i = 0; i < cfg->npeers; i++) {
         if (!al_site_name_ok(cfg->peers[i])) {
-            rc = al_errf(err, AL_ECONFIG, "grpc server: peer '%s' is not a valid name", cfg->peers[i]);
+            rc = al_errf(err, AL_ECONFIG, "grpc server: peer '%s' is not a valid name",
+                         cfg->peers[i]);
             goto fail;
         }
         snprintf(s->peers[i].site, sizeof s->peers[i].site, "%s", cfg->peers[i]);
@@ -722,8 +734,10 @@ void al_server_set_round(al_server *s, uint64_t round, uint64_t epoch) {
     s->epoch = epoch;
     for (size_t i = 0; i < s->nshards;) {
         shard_entry *e = &s->shards[i];
-        if (e->meta.epoch != epoch || e->meta.round < round) remove_shard(s, e);
-        else i++;
+        if (e->meta.epoch != epoch || e->meta.round < round)
+            remove_shard(s, e);
+        else
+            i++;
     }
     pthread_mutex_unlock(&s->mu);
 }
