@@ -26,6 +26,17 @@ int al_safetensors_read(const char *path, const al_layout *lay, int nparts,
 int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash, int keep,
                  char *out_dir, size_t out_cap, al_err *err);
 
+/* Extra files a caller stores in the same checkpoint (hashed in the manifest
+ * like the others): write(ctx, i, path) writes files[i] at path. */
+typedef struct al_ckpt_extra {
+    int nfiles;
+    const char *const *files;
+    int (*write)(void *ctx, int i, const char *path, al_err *err);
+} al_ckpt_extra;
+int al_ckpt_save_ex(const char *root, const al_trainer *tr, const char *config_hash, int keep,
+                    const al_ckpt_extra *extra, void *extra_ctx, char *out_dir, size_t out_cap,
+                    al_err *err);
+
 /* Resolve `path` to a checkpoint folder: itself if it holds a manifest, else
  * the newest valid step-* inside it. A newest checkpoint that fails its checks
  * is skipped with a warning on `log` (falls back to the previous one). */

@@ -15,6 +15,9 @@
 
 /* X(name, function, one-line summary) -- the table drives dispatch and help. */
 #define AL_COMMANDS(X)                                                                             \
+    X("demo", al_cmd_demo, "two local sites over mTLS with the dashboard: the quick start")        \
+    X("agent", al_cmd_agent, "run one site of a multi-site run: agent -c SITE.ini")                \
+    X("config", al_cmd_config, "validate a site configuration: config check SITE.ini")             \
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport")                              \

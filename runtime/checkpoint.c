@@ -159,6 +159,12 @@ static int list_steps(const char *root, long **steps, size_t *n, al_err *err) {
 
 int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash, int keep,
                  char *out_dir, size_t out_cap, al_err *err) {
+    return al_ckpt_save_ex(root, tr, config_hash, keep, NULL, NULL, out_dir, out_cap, err);
+}
+
+int al_ckpt_save_ex(const char *root, const al_trainer *tr, const char *config_hash, int keep,
+                    const al_ckpt_extra *extra, void *extra_ctx, char *out_dir, size_t out_cap,
+                    al_err *err) {
     int rc = al_mkdirs(root, err);
     if (rc) return al_err_prefix(err, "checkpoint");
     char tmp[4096], fin[4096], path[4200];
@@ -176,12 +182,21 @@ int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash
         snprintf(path, sizeof path, "%s/%s", tmp, CKPT_FILES[1]);
         rc = al_safetensors_write(path, lay, 2, pfx_optim, buf_optim, err);
     }
+    /* the caller's own files (the agent's outer state, ...) go in the same folder */
+    for (int i = 0; extra && i < extra->nfiles && rc == 0; i++) {
+        snprintf(path, sizeof path, "%s/%s", tmp, extra->files[i]);
+        rc = extra->write(extra_ctx, i, path, err);
+    }
     json_t *files = json_object();
-    for (size_t i = 0; i < AL_ARRAY_LEN(CKPT_FILES) && rc == 0; i++) {
+    int nall = (int)AL_ARRAY_LEN(CKPT_FILES) + (extra ? extra->nfiles : 0);
+    for (int i = 0; i < nall && rc == 0; i++) {
+        const char *name = i < (int)AL_ARRAY_LEN(CKPT_FILES)
+                               ? CKPT_FILES[i]
+                               : extra->files[i - (int)AL_ARRAY_LEN(CKPT_FILES)];
         char hex[65];
-        snprintf(path, sizeof path, "%s/%s", tmp, CKPT_FILES[i]);
+        snprintf(path, sizeof path, "%s/%s", tmp, name);
         rc = al_sha256_file(path, hex, err);
-        if (rc == 0) json_object_set_new(files, CKPT_FILES[i], json_string(hex));
+        if (rc == 0) json_object_set_new(files, name, json_string(hex));
     }
     if (rc == 0) {
         json_t *man = json_pack(

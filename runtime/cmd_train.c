@@ -26,7 +26,8 @@ static void train_usage(FILE *f) {
                "  --steps N           same as --set inner.steps=N\n"
                "  --threads N         same as --set inner.threads=N\n"
                "  --resume PATH       continue from a checkpoint folder, or the newest valid\n"
-               "                      one under PATH\n"               "  --workers W         same as --set inner.workers=W (> 1: W worker processes\n"
+               "                      one under PATH\n"
+               "  --workers W         same as --set inner.workers=W (> 1: W worker processes\n"
                "                      sharing one model over shared memory)\n"
                "  --mode odc|fsdp     same as --set inner.mode=...\n"
                "  --help-config       list every configuration key with its default\n");

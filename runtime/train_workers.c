@@ -48,9 +48,8 @@ static void on_step(void *ctx, const al_odc_step_stats *st) {
     p->tokens += st->tokens;
     p->secs += st->seconds;
     if (st->step % p->every == 0 || st->step == p->steps) {
-        printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s\n", st->step,
-               p->steps, p->loss / (double)p->n, st->lr, st->grad_norm,
-               (double)p->tokens / p->secs);
+        printf("step %6ld/%ld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s\n", st->step, p->steps,
+               p->loss / (double)p->n, st->lr, st->grad_norm, (double)p->tokens / p->secs);
         fflush(stdout);
         p->loss = p->secs = 0;
         p->n = p->tokens = 0;
@@ -58,8 +57,7 @@ static void on_step(void *ctx, const al_odc_step_stats *st) {
 }
 
 int al_train_workers(const al_config *c, const al_model_config *mc, const al_train_opts *o,
-                     const al_tokens *train, const al_tokens *val, const char *hash,
-                     al_err *err) {
+                     const al_tokens *train, const al_tokens *val, const char *hash, al_err *err) {
     al_odc_opts eo;
     memset(&eo, 0, sizeof eo);
     int rc = al_mode_parse(c->inner_mode, &eo.mode, err);

@@ -99,8 +99,10 @@ static int phase_ok(int p) {
 
 static int check_shard_id(uint32_t id, uint32_t count, const wire_limits *lim, char *why,
                           size_t n) {
-    if (count != lim->num_shards)
-        return bad(why, n, AL_ST_OUT_OF_RANGE, "num_shards: %u, this run has %u", count,
+    /* a round's shard count is its member count, which shrinks when a site
+     * drops: anything from 1 to the run's maximum */
+    if (count == 0 || count > lim->num_shards)
+        return bad(why, n, AL_ST_OUT_OF_RANGE, "num_shards: %u, this run allows 1..%u", count,
                    lim->num_shards);
     if (id >= count)
         return bad(why, n, AL_ST_OUT_OF_RANGE, "shard_id: %u is not below num_shards %u", id,

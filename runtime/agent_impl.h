@@ -1,0 +1,111 @@
+/* agent_impl.h -- the agent's private state, shared by agent.c (the driver)
+ * and agent_net.c (the network side of a round). Not a public header. */
+#ifndef AL_AGENT_IMPL_H
+#define AL_AGENT_IMPL_H
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "al_agent.h"
+#include "al_codec.h"
+#include "al_http.h"
+#include "al_metrics.h"
+#include "al_odc.h"
+#include "al_outer.h"
+#include "al_policy.h"
+#include "al_transport.h"
+
+#define AG_MAX_SITES 16
+#define AG_SNAPSHOTS 4
+
+/* A received shard: the buffer the transport writes into, and its header. */
+typedef struct ag_slot {
+    uint8_t *buf;
+    int state; /* 0 empty, 1 arriving, 2 complete */
+    al_shard_meta meta;
+} ag_slot;
+
+/* What a site accumulates over its interval (and reports as statistics). */
+typedef struct ag_interval {
+    long steps;
+    double loss_sum, gnorm_sum, lr_sum, lr_sq_sum, lr_last, compute_s;
+    long tokens;
+} ag_interval;
+
+/* An immutable copy of the committed state, served to joining sites. Kept
+ * alive for a few commits so a reply in flight never reads freed memory. */
+typedef struct ag_snapshot {
+    uint8_t *outer; /* al_outer_serialize */
+    uint64_t outer_len;
+    char *meta; /* JSON: round, step, h, policy state */
+    uint64_t meta_len;
+} ag_snapshot;
+
+typedef struct agent {
+    const al_config *cfg;
+    al_log log;
+    char hash[65]; /* config hash */
+    /* sites: every configured site sorted by name; id = index */
+    int nsites, self;
+    char name[AG_MAX_SITES][AL_SITE_MAX + 1];
+    char addr[AG_MAX_SITES][128];
+    al_client *cli[AG_MAX_SITES];
+    al_server *srv;
+    al_metrics met;
+    al_http *http;
+    FILE *events;
+    /* local training */
+    al_model_config mc;
+    al_train_opts o;
+    al_tokens train, val;
+    al_trainer tr; /* W = 1; with W > 1 it only evaluates and checkpoints */
+    int workers;
+    al_odc odc;
+    al_workload wl;
+    al_piece *pieces;
+    int npieces;
+    size_t P;
+    /* the outer loop */
+    al_outer outer;
+    al_policy *pol;
+    al_codec_cfg codec;
+    long round, step, h;
+    int live[AG_MAX_SITES]; /* members of the last committed round */
+    long h_hist[4096];
+    int nh;
+    float *delta, *dbar, *part;
+    uint8_t *enc;
+    size_t enc_cap;
+    double bytes_raw;
+    double h_base;
+    /* the exchange: written by server threads under mu, read by the driver */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long cur_round;                       /* the round slots of parity r&1 are for */
+    ag_slot reduce[2][AG_MAX_SITES];      /* [round&1][sender]: its part of my shard */
+    ag_slot gather[2][AG_MAX_SITES];      /* [round&1][shard]: the mean shard from its owner */
+    al_site_stats stats[2][AG_MAX_SITES]; /* [round&1][site] */
+    int have_stats[2][AG_MAX_SITES];
+    long joining[AG_MAX_SITES]; /* round a pulling site will join, or -1 */
+    ag_snapshot snap[AG_SNAPSHOTS];
+    int snap_next;
+    ag_interval iv; /* the interval in progress (saved in checkpoints) */
+} agent;
+
+/* agent_net.c */
+int ag_net_start(agent *a, al_err *err);
+void ag_net_stop(agent *a);
+/* Publish the committed state for joiners (copies it). */
+int ag_publish_state(agent *a, al_err *err);
+/* Handshake with every peer; a site behind the others pulls their state and
+ * waits for the round in progress to commit. Sets a->live. */
+int ag_join(agent *a, al_err *err);
+/* The network part of round a->round: statistics, reduce-scatter,
+ * all-gather. On return a->dbar holds Δ̄, members[] the sites that took part
+ * and stats[] their statistics. */
+int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats *stats, int *m,
+                al_err *err);
+/* Start accepting round r (moves the receive window, frees old slots). */
+void ag_set_round(agent *a, long r);
+
+#endif

@@ -1,0 +1,645 @@
+/* agent_net.c -- the network side of the agent: server hooks, the round's
+ * exchange (statistics, reduce-scatter, all-gather), and joining a run in
+ * progress. See al_agent.h for the protocol. */
+#include "agent_impl.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int site_id(const agent *a, const char *name) {
+    for (int i = 0; i < a->nsites; i++)
+        if (!strcmp(a->name[i], name)) return i;
+    return -1;
+}
+
+static void deadline_in(struct timespec *ts, double s) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    double t = (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec + s;
+    ts->tv_sec = (time_t)t;
+    ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
+}
+
+/* Wait on the condition until `abs`; returns 0 when the deadline passed. */
+static int wait_until(agent *a, const struct timespec *abs) {
+    return pthread_cond_timedwait(&a->cv, &a->mu, abs) != ETIMEDOUT;
+}
+
+/* ---- server hooks (server threads) --------------------------------------------------- */
+
+static ag_slot *slot_for(agent *a, const al_shard_meta *m, int sender) {
+    int p = (int)(m->round & 1);
+    if (m->phase == AL_PHASE_REDUCE) return &a->reduce[p][sender];
+    if (m->phase == AL_PHASE_GATHER && m->shard_id < AG_MAX_SITES)
+        return &a->gather[p][m->shard_id];
+    return NULL;
+}
+
+static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, size_t n) {
+    agent *a = u;
+    int sender = site_id(a, m->site);
+    pthread_mutex_lock(&a->mu);
+    int st = 0;
+    ag_slot *s = sender >= 0 ? slot_for(a, m, sender) : NULL;
+    if (!s) {
+        snprintf(why, n, "shard from '%s' (phase %u, shard %u): no place for it", m->site, m->phase,
+                 m->shard_id);
+        st = AL_ST_INVALID_ARGUMENT;
+    } else if ((long)m->round != a->cur_round && (long)m->round != a->cur_round + 1) {
+        snprintf(why, n, "round %llu: this site is at round %ld", (unsigned long long)m->round,
+                 a->cur_round);
+        st = AL_ST_FAILED_PRECONDITION;
+    } else if (s->state != 0 && s->meta.round == m->round && s->meta.num_shards == m->num_shards &&
+               s->meta.shard_id == m->shard_id && !strcmp(s->meta.site, m->site)) {
+        snprintf(why, n, "shard %u of round %llu from '%s' already %s", m->shard_id,
+                 (unsigned long long)m->round, m->site, s->state == 2 ? "received" : "arriving");
+        st = AL_ST_ALREADY_EXISTS;
+    } else {
+        /* a newer attempt (fewer members) or round replaces what was there */
+        uint8_t *buf = malloc(m->total_bytes ? m->total_bytes : 1);
+        if (!buf) {
+            snprintf(why, n, "out of memory for %llu bytes", (unsigned long long)m->total_bytes);
+            st = AL_ST_RESOURCE_EXHAUSTED;
+        } else {
+            if (s->state == 2) free(s->buf); /* an arriving one is freed by its done */
+            s->buf = buf;
+            s->meta = *m;
+            s->state = 1;
+            *dst = buf;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+static void hk_done(void *u, const al_shard_meta *m, uint8_t *dst, int complete) {
+    agent *a = u;
+    int sender = site_id(a, m->site);
+    pthread_mutex_lock(&a->mu);
+    ag_slot *s = sender >= 0 ? slot_for(a, m, sender) : NULL;
+    if (s && s->buf == dst) {
+        if (complete)
+            s->state = 2;
+        else {
+            free(dst);
+            s->buf = NULL;
+            s->state = 0;
+        }
+    } else {
+        free(dst); /* replaced meanwhile */
+    }
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
+    agent *a = u;
+    int id = site_id(a, s->site);
+    pthread_mutex_lock(&a->mu);
+    int st = 0;
+    if (id < 0) {
+        snprintf(why, n, "stats from unknown site '%s'", s->site);
+        st = AL_ST_INVALID_ARGUMENT;
+    } else if ((long)s->round != a->cur_round && (long)s->round != a->cur_round + 1) {
+        snprintf(why, n, "stats for round %llu: this site is at round %ld",
+                 (unsigned long long)s->round, a->cur_round);
+        st = AL_ST_FAILED_PRECONDITION;
+    } else {
+        int p = (int)(s->round & 1);
+        al_site_stats *d = &a->stats[p][id];
+        memset(d, 0, sizeof *d);
+        d->site = id;
+        d->steps = s->steps;
+        d->loss = s->mean_loss;
+        d->grad_norm = s->grad_norm;
+        d->delta_sq = s->delta_sq_norm;
+        d->lr_sum = s->inner_lr_sum;
+        d->tokens = (int64_t)s->tokens;
+        d->compute_s = s->compute_s;
+        a->have_stats[p][id] = (int)s->round + 1; /* which round, +1 so 0 means none */
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+/* THETA: the outer state; META: the committed round as JSON (a poll); MOMENTUM
+ * is used as "register": the caller joins the round in progress. */
+static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
+                    char *why, size_t n) {
+    agent *a = u;
+    pthread_mutex_lock(&a->mu);
+    int st = 0;
+    ag_snapshot *sn = &a->snap[(a->snap_next + AG_SNAPSHOTS - 1) % AG_SNAPSHOTS];
+    int id = site_id(a, site);
+    if (!sn->meta) {
+        snprintf(why, n, "no committed state yet");
+        st = AL_ST_UNAVAILABLE;
+    } else if (part == AL_STATE_THETA) {
+        *data = sn->outer;
+        *len = sn->outer_len;
+    } else if (part == AL_STATE_META || part == AL_STATE_MOMENTUM) {
+        if (part == AL_STATE_MOMENTUM) { /* registration */
+            if (a->cur_round != a->round || id < 0) {
+                snprintf(why, n, "round %ld is being exchanged; register for the next", a->round);
+                st = AL_ST_UNAVAILABLE;
+            } else {
+                a->joining[id] = a->round;
+                pthread_cond_broadcast(&a->cv);
+            }
+        }
+        *data = (const uint8_t *)sn->meta;
+        *len = sn->meta_len;
+    } else {
+        snprintf(why, n, "state part %u: unknown", part);
+        st = AL_ST_NOT_FOUND;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
+/* ---- start and stop ---------------------------------------------------------------- */
+
+int ag_net_start(agent *a, al_err *err) {
+    const al_config *c = a->cfg;
+    const char *peers[AG_MAX_SITES];
+    int np = 0;
+    for (int i = 0; i < a->nsites; i++)
+        if (i != a->self) peers[np++] = a->name[i];
+    al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
+    al_server_cfg sc = {.listen = c->site_listen,
+                        .site = a->name[a->self],
+                        .run_id = c->site_run_id,
+                        .peers = peers,
+                        .npeers = (size_t)np,
+                        .tls = tls,
+                        .insecure = (int)c->tls_insecure,
+                        .threads = 4,
+                        .num_shards = AG_MAX_SITES,
+                        .idle_timeout_s = c->round_deadline_s,
+                        .hooks = {a, hk_open, hk_done, hk_stats, hk_state},
+                        .log = &a->log};
+    int rc = al_server_start(&sc, &a->srv, err);
+    if (rc) return al_err_prefix(err, "[site] listen %s", c->site_listen);
+    for (int i = 0; i < a->nsites && rc == 0; i++) {
+        if (i == a->self) continue;
+        al_client_cfg cc = {.target = a->addr[i],
+                            .site = a->name[a->self],
+                            .peer = a->name[i],
+                            .run_id = c->site_run_id,
+                            .tls = tls,
+                            .insecure = (int)c->tls_insecure,
+                            .deadline_s = c->round_deadline_s,
+                            .max_attempts = 3,
+                            .backoff_s = 0.1,
+                            .backoff_max_s = 1.0,
+                            .seed = (uint64_t)a->self + 1,
+                            .log = NULL};
+        rc = al_client_new(&cc, &a->cli[i], err);
+        if (rc) al_err_prefix(err, "peer %s (%s)", a->name[i], a->addr[i]);
+    }
+    return rc;
+}
+
+void ag_net_stop(agent *a) {
+    for (int i = 0; i < a->nsites; i++)
+        if (a->cli[i]) {
+            al_client_free(a->cli[i]);
+            a->cli[i] = NULL;
+        }
+    if (a->srv) al_server_stop(a->srv);
+    a->srv = NULL;
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < AG_MAX_SITES; i++) {
+            free(a->reduce[p][i].buf);
+            free(a->gather[p][i].buf);
+            a->reduce[p][i].buf = a->gather[p][i].buf = NULL;
+        }
+    for (int i = 0; i < AG_SNAPSHOTS; i++) {
+        free(a->snap[i].outer);
+        free(a->snap[i].meta);
+        a->snap[i].outer = NULL;
+        a->snap[i].meta = NULL;
+    }
+}
+
+void ag_set_round(agent *a, long r) {
+    pthread_mutex_lock(&a->mu);
+    /* slots of r's parity held round r - 2 (long done): clear them; r + 1's
+     * early arrivals in the other parity are kept */
+    int p = (int)(r & 1);
+    for (int i = 0; i < AG_MAX_SITES; i++) {
+        ag_slot *s[2] = {&a->reduce[p][i], &a->gather[p][i]};
+        for (int k = 0; k < 2; k++)
+            if (s[k]->state == 2 && (long)s[k]->meta.round != r) {
+                free(s[k]->buf);
+                s[k]->buf = NULL;
+                s[k]->state = 0;
+            }
+        if (a->have_stats[p][i] != r + 1) a->have_stats[p][i] = 0;
+    }
+    a->cur_round = r;
+    pthread_mutex_unlock(&a->mu);
+    al_server_set_round(a->srv, (uint64_t)r, 0);
+}
+
+int ag_publish_state(agent *a, al_err *err) {
+    uint8_t *ob;
+    size_t ol;
+    int rc = al_outer_serialize(&a->outer, &ob, &ol, err);
+    if (rc) return rc;
+    char pol[2048] = "";
+    al_policy_save(a->pol, pol, sizeof pol);
+    json_t *members = json_array();
+    for (int i = 0; i < a->nsites; i++)
+        if (a->live[i]) json_array_append_new(members, json_string(a->name[i]));
+    json_t *m =
+        json_pack("{s:I, s:I, s:I, s:s, s:o}", "round", (json_int_t)a->round, "step",
+                  (json_int_t)a->step, "h", (json_int_t)a->h, "policy", pol, "members", members);
+    char *js = json_dumps(m, JSON_COMPACT);
+    json_decref(m);
+    if (!js) {
+        free(ob);
+        return al_errf(err, AL_ENOMEM, "state snapshot: out of memory");
+    }
+    pthread_mutex_lock(&a->mu);
+    ag_snapshot *s = &a->snap[a->snap_next];
+    free(s->outer);
+    free(s->meta);
+    s->outer = ob;
+    s->outer_len = ol;
+    s->meta = js;
+    s->meta_len = strlen(js);
+    a->snap_next = (a->snap_next + 1) % AG_SNAPSHOTS;
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+}
+
+/* ---- joining ---------------------------------------------------------------------- */
+
+typedef struct peer_meta {
+    long round, step, h;
+    char policy[2048];
+    int members[AG_MAX_SITES];
+} peer_meta;
+
+static int parse_meta(agent *a, const uint8_t *d, uint64_t n, peer_meta *pm, al_err *err) {
+    json_error_t je;
+    json_t *m = json_loadb((const char *)d, n, 0, &je);
+    json_int_t r = 0, s = 0, h = 0;
+    const char *pol = NULL;
+    json_t *mem = NULL;
+    if (!m || json_unpack(m, "{s:I, s:I, s:I, s:s, s:o}", "round", &r, "step", &s, "h", &h,
+                          "policy", &pol, "members", &mem) != 0) {
+        json_decref(m);
+        return al_errf(err, AL_EFORMAT, "peer state: malformed metadata");
+    }
+    pm->round = (long)r;
+    pm->step = (long)s;
+    pm->h = (long)h;
+    snprintf(pm->policy, sizeof pm->policy, "%s", pol);
+    memset(pm->members, 0, sizeof pm->members);
+    size_t i;
+    json_t *v;
+    json_array_foreach(mem, i, v) {
+        int id = json_is_string(v) ? site_id(a, json_string_value(v)) : -1;
+        if (id >= 0) pm->members[id] = 1;
+    }
+    json_decref(m);
+    return 0;
+}
+
+int ag_join(agent *a, al_err *err) {
+    /* who is there, and where are they? At a fresh start wait (up to the
+     * round deadline) for every configured peer, so that sites started a few
+     * seconds apart begin together. */
+    peer_meta pm[AG_MAX_SITES];
+    int up[AG_MAX_SITES] = {0}, nup = 0;
+    long ahead = -1;
+    double t_wait = al_now() + a->cfg->round_deadline_s;
+    for (;;) {
+        for (int i = 0; i < a->nsites; i++) {
+            if (i == a->self || up[i]) continue;
+            uint8_t *d = NULL;
+            uint64_t n = 0;
+            al_err e = {0};
+            if (al_client_pull_state(a->cli[i], AL_STATE_META, 1 << 20, &d, &n, &e) == 0 &&
+                parse_meta(a, d, n, &pm[i], &e) == 0) {
+                up[i] = 1;
+                nup++;
+                if (pm[i].round > ahead) ahead = pm[i].round;
+            }
+            free(d);
+        }
+        if (nup == a->nsites - 1 || ahead > a->round || al_now() > t_wait) break;
+        struct timespec ts = {0, 300 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (nup + 1 < a->cfg->round_min_sites)
+        return al_errf(err, AL_EPEER,
+                       "only %d of %d sites reachable within %.0f s ([round] "
+                       "min_sites = %ld)",
+                       nup + 1, a->nsites, a->cfg->round_deadline_s, a->cfg->round_min_sites);
+    memset(a->live, 0, sizeof a->live);
+    a->live[a->self] = 1;
+    if (nup == 0 || ahead <= a->round) {
+        /* a fresh run (or everyone at our round): the sites that answered */
+        for (int i = 0; i < a->nsites; i++) a->live[i] = up[i] || i == a->self;
+        al_logf(&a->log, AL_LOG_INFO, "site %s: starting at round %ld (%d peers answered)",
+                a->name[a->self], a->round, nup);
+        return 0;
+    }
+    /* Behind: register with every live peer for the round they are training,
+     * then take θ_global and the outer state from one of them. A peer in the
+     * middle of an exchange refuses; try again shortly. */
+    al_logf(&a->log, AL_LOG_INFO, "site %s: peers are at round %ld, joining", a->name[a->self],
+            ahead);
+    double t_end = al_now() + 4 * a->cfg->round_deadline_s;
+    for (;;) {
+        long r = -1;
+        int ok = 1, src = -1;
+        for (int i = 0; i < a->nsites && ok; i++) {
+            if (!up[i]) continue;
+            uint8_t *d = NULL;
+            uint64_t n = 0;
+            al_err e = {0};
+            if (al_client_pull_state(a->cli[i], AL_STATE_MOMENTUM, 1 << 20, &d, &n, &e) != 0 ||
+                parse_meta(a, d, n, &pm[i], &e) != 0 || (r >= 0 && pm[i].round != r))
+                ok = 0;
+            else {
+                r = pm[i].round;
+                src = i;
+            }
+            free(d);
+        }
+        if (ok && src >= 0) {
+            uint8_t *d = NULL;
+            uint64_t n = 0;
+            int rc =
+                al_client_pull_state(a->cli[src], AL_STATE_THETA, (uint64_t)1 << 40, &d, &n, err);
+            if (rc == 0) rc = al_outer_deserialize(&a->outer, d, n, &a->outer.cfg, err);
+            free(d);
+            if (rc == 0) rc = al_policy_load(a->pol, pm[src].policy, err);
+            if (rc) return al_err_prefix(err, "joining from %s", a->name[src]);
+            a->round = pm[src].round;
+            a->step = pm[src].step;
+            a->h = pm[src].h;
+            for (int i = 0; i < a->nsites; i++) a->live[i] = pm[src].members[i] || up[i];
+            a->live[a->self] = 1;
+            al_logf(&a->log, AL_LOG_INFO, "site %s: joined at round %ld, step %ld (state from %s)",
+                    a->name[a->self], a->round, a->step, a->name[src]);
+            return 0;
+        }
+        if (al_now() > t_end)
+            return al_errf(err, AL_ETIMEOUT, "joining: peers never settled on one round");
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- the round's exchange ------------------------------------------------------------- */
+
+static void shard_range(size_t P, int M, int k, size_t *lo, size_t *hi) {
+    *lo = P * (size_t)k / (size_t)M;
+    *hi = P * (size_t)(k + 1) / (size_t)M;
+}
+
+static int push_stats(agent *a, const al_site_stats *mine, int peer, al_err *err) {
+    al_stats s;
+    memset(&s, 0, sizeof s);
+    snprintf(s.site, sizeof s.site, "%s", a->name[a->self]);
+    s.round = (uint64_t)a->round;
+    s.mean_loss = mine->loss;
+    s.grad_norm = mine->grad_norm;
+    s.delta_sq_norm = mine->delta_sq;
+    s.inner_lr_sum = mine->lr_sum;
+    s.compute_s = mine->compute_s;
+    s.tokens = (uint64_t)mine->tokens;
+    s.steps = (uint32_t)mine->steps;
+    return al_client_push_stats(a->cli[peer], &s, err);
+}
+
+static int encode(agent *a, const float *x, size_t n, size_t *len, al_err *err) {
+    size_t need = al_codec_max_encoded(&a->codec, n);
+    if (need > a->enc_cap) {
+        uint8_t *nb = realloc(a->enc, need);
+        if (!nb) return al_errf(err, AL_ENOMEM, "codec: out of memory (%zu bytes)", need);
+        a->enc = nb;
+        a->enc_cap = need;
+    }
+    return al_codec_encode(&a->codec, x, n, a->enc, a->enc_cap, len, err);
+}
+
+static int push_shard(agent *a, int peer, uint32_t phase, int k, int M, size_t len, al_err *err) {
+    al_shard_meta m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.site, sizeof m.site, "%s", a->name[a->self]);
+    m.round = (uint64_t)a->round;
+    m.phase = phase;
+    m.shard_id = (uint32_t)k;
+    m.num_shards = (uint32_t)M;
+    m.total_bytes = len;
+    m.codec = a->codec.kind;
+    m.zstd = a->codec.zstd;
+    m.shard_checksum = al_xxh64(a->enc, len, 0);
+    return al_client_push_shard(a->cli[peer], &m, a->enc, err);
+}
+
+/* Is slot s a complete shard of this round and attempt? */
+static int slot_ok(const agent *a, const ag_slot *s, int k, int M) {
+    return s->state == 2 && (long)s->meta.round == a->round && (int)s->meta.num_shards == M &&
+           (int)s->meta.shard_id == k;
+}
+
+/* One attempt with the given members; on failure *dead names a site to drop. */
+static int attempt(agent *a, const int *mem, int M, int *dead, al_err *err) {
+    int me = 0;
+    while (mem[me] != a->self) me++;
+    size_t lo, hi;
+    int p = (int)(a->round & 1);
+    /* reduce-scatter: my shard k goes to its owner */
+    al_mean acc;
+    shard_range(a->P, M, me, &lo, &hi);
+    int rc = al_mean_init(&acc, a->nsites, hi - lo, err);
+    if (rc) return rc;
+    for (int k = 0; k < M && rc == 0; k++) {
+        size_t klo, khi, len;
+        shard_range(a->P, M, k, &klo, &khi);
+        rc = encode(a, a->delta + klo, khi - klo, &len, err);
+        if (rc) break;
+        a->bytes_raw += (double)(khi - klo) * 4.0 * (mem[k] == a->self ? 0 : 1);
+        if (mem[k] == a->self) {
+            rc = al_codec_decode(a->enc, len, a->part, khi - klo, err);
+            if (rc == 0) rc = al_mean_add(&acc, a->self, a->part, err);
+        } else if (push_shard(a, mem[k], AL_PHASE_REDUCE, k, M, len, err) != 0) {
+            *dead = mem[k];
+            al_mean_free(&acc);
+            return AL_EPEER;
+        }
+    }
+    for (int i = 0; i < a->nsites; i++) {
+        int in = 0;
+        for (int j = 0; j < M; j++) in |= mem[j] == i;
+        if (!in) al_mean_drop(&acc, i, NULL);
+    }
+    /* wait for the others' parts of my shard */
+    struct timespec dl;
+    deadline_in(&dl, a->cfg->round_deadline_s);
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        int missing = -1;
+        for (int j = 0; j < M && missing < 0; j++)
+            if (mem[j] != a->self && !slot_ok(a, &a->reduce[p][mem[j]], me, M)) missing = mem[j];
+        if (missing < 0) break;
+        if (!wait_until(a, &dl)) {
+            pthread_mutex_unlock(&a->mu);
+            al_mean_free(&acc);
+            *dead = missing;
+            return al_errf(err, AL_ETIMEOUT, "round %ld: no shard from %s within %.0f s", a->round,
+                           a->name[missing], a->cfg->round_deadline_s);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int j = 0; j < M && rc == 0; j++) {
+        if (mem[j] == a->self) continue;
+        ag_slot *s = &a->reduce[p][mem[j]];
+        rc = al_codec_decode(s->buf, s->meta.total_bytes, a->part, hi - lo, err);
+        if (rc == 0) rc = al_mean_add(&acc, mem[j], a->part, err);
+        if (rc) {
+            *dead = mem[j]; /* a contribution that does not decode: leave its site out */
+            al_err_prefix(err, "round %ld: shard from %s refused", a->round, a->name[mem[j]]);
+            rc = AL_EPEER;
+        }
+    }
+    if (rc == 0) rc = al_mean_finish(&acc, a->part, err);
+    al_mean_free(&acc);
+    if (rc) return rc;
+    /* all-gather: encode the mean once, decode it here too, send the same bytes */
+    size_t len;
+    if ((rc = encode(a, a->part, hi - lo, &len, err))) return rc;
+    if ((rc = al_codec_decode(a->enc, len, a->dbar + lo, hi - lo, err))) return rc;
+    for (int j = 0; j < M; j++) {
+        if (mem[j] == a->self) continue;
+        a->bytes_raw += (double)(hi - lo) * 4.0;
+        if (push_shard(a, mem[j], AL_PHASE_GATHER, me, M, len, err) != 0) {
+            *dead = mem[j];
+            return AL_EPEER;
+        }
+    }
+    deadline_in(&dl, a->cfg->round_deadline_s);
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        int missing = -1;
+        for (int k = 0; k < M && missing < 0; k++)
+            if (k != me && !slot_ok(a, &a->gather[p][k], k, M)) missing = mem[k];
+        if (missing < 0) break;
+        if (!wait_until(a, &dl)) {
+            pthread_mutex_unlock(&a->mu);
+            *dead = missing;
+            return al_errf(err, AL_ETIMEOUT, "round %ld: no mean shard from %s within %.0f s",
+                           a->round, a->name[missing], a->cfg->round_deadline_s);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int k = 0; k < M && rc == 0; k++) {
+        if (k == me) continue;
+        size_t klo, khi;
+        shard_range(a->P, M, k, &klo, &khi);
+        ag_slot *s = &a->gather[p][k];
+        rc = al_codec_decode(s->buf, s->meta.total_bytes, a->dbar + klo, khi - klo, err);
+        if (rc) {
+            *dead = mem[k];
+            al_err_prefix(err, "round %ld: mean shard from %s refused", a->round, a->name[mem[k]]);
+            return AL_EPEER;
+        }
+    }
+    return 0;
+}
+
+int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats *stats, int *m,
+                al_err *err) {
+    int p = (int)(a->round & 1);
+    /* 1. statistics to every site that may take part */
+    int expect[AG_MAX_SITES] = {0};
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nsites; i++)
+        expect[i] = i != a->self && (a->live[i] || a->joining[i] == a->round);
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < a->nsites; i++) {
+        if (!expect[i]) continue;
+        al_err e = {0};
+        if (push_stats(a, mine, i, &e) != 0) {
+            al_logf(&a->log, AL_LOG_WARN, "round %ld: %s unreachable, leaving it out: %s", a->round,
+                    a->name[i], e.msg);
+            expect[i] = 0;
+        }
+    }
+    /* 2. wait for theirs; the members are those whose statistics arrived */
+    struct timespec dl;
+    deadline_in(&dl, a->cfg->round_deadline_s);
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        int missing = 0;
+        for (int i = 0; i < a->nsites; i++) {
+            if (a->joining[i] == a->round && i != a->self && !expect[i]) {
+                al_err e = {0}; /* registered after we sent ours: send now */
+                pthread_mutex_unlock(&a->mu);
+                expect[i] = push_stats(a, mine, i, &e) == 0;
+                pthread_mutex_lock(&a->mu);
+            }
+            if (expect[i] && a->have_stats[p][i] != a->round + 1) missing++;
+        }
+        if (!missing || !wait_until(a, &dl)) break;
+    }
+    int M = 0;
+    for (int i = 0; i < a->nsites; i++) {
+        if (i == a->self) {
+            members[M] = i;
+            stats[M] = *mine;
+            stats[M++].site = i;
+        } else if (expect[i] && a->have_stats[p][i] == a->round + 1) {
+            members[M] = i;
+            stats[M] = a->stats[p][i];
+            /* the schedule's scalars are the same everywhere; the wire carries S_r */
+            stats[M].lr_sq_sum = mine->lr_sq_sum;
+            stats[M++].lr_last = mine->lr_last;
+        } else if (expect[i]) {
+            al_logf(&a->log, AL_LOG_WARN,
+                    "round %ld: no statistics from %s within %.0f s, "
+                    "leaving it out",
+                    a->round, a->name[i], a->cfg->round_deadline_s);
+            al_metrics_event(&a->met, "drop", a->name[i], a->round, a->step);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    /* 3. reduce-scatter and all-gather; drop a site that fails and redo */
+    for (;;) {
+        if (M < a->cfg->round_min_sites)
+            return al_errf(err, AL_EPEER,
+                           "round %ld: %d live site(s), fewer than [round] "
+                           "min_sites = %ld",
+                           a->round, M, a->cfg->round_min_sites);
+        int dead = -1;
+        al_err e = {0};
+        int rc = attempt(a, members, M, &dead, &e);
+        if (rc == 0) break;
+        if (dead < 0 || dead == a->self) {
+            *err = e;
+            return rc;
+        }
+        al_logf(&a->log, AL_LOG_WARN, "round %ld: dropping %s and redoing the exchange: %s",
+                a->round, a->name[dead], e.msg);
+        al_metrics_event(&a->met, "drop", a->name[dead], a->round, a->step);
+        int k = 0;
+        for (int j = 0; j < M; j++)
+            if (members[j] != dead) {
+                members[k] = members[j];
+                stats[k++] = stats[j];
+            }
+        M = k;
+    }
+    *m = M;
+    return 0;
+}
