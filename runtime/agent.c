@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -125,6 +126,7 @@ static int run_interval(agent *a, long h, al_err *err) {
     long target = AL_MIN(h, a->cfg->inner_steps - (a->step - a->iv.steps));
     if (a->workers == 1) {
         while (a->iv.steps < target && !g_agent_stop) {
+            if (a->round == a->fault_interval && a->iv.steps == target / 2) raise(SIGKILL);
             al_step_stats st;
             int rc = al_trainer_step(&a->tr, &st, err);
             if (rc) return rc;
@@ -424,9 +426,14 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     al_log_init(&a->log, AL_LOG_INFO, stderr);
     a->cfg = c;
     memset(a->joining, 0xff, sizeof a->joining); /* -1 */
+    a->fault_interval = a->fault_stats = -1;
+    const char *fault = getenv("AL_FAULT");
+    if (fault && !strncmp(fault, "interval:", 9)) a->fault_interval = atol(fault + 9);
+    if (fault && !strncmp(fault, "stats:", 6)) a->fault_stats = atol(fault + 6);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);
+    al_config_run_hash(c, a->run_hash);
     int rc = al_agent_check_config(c, err);
     if (rc == 0) rc = load_sites(a, c, err);
     if (rc == 0) rc = make_policy(a, c, err);

@@ -44,7 +44,8 @@ typedef struct ag_snapshot {
 typedef struct agent {
     const al_config *cfg;
     al_log log;
-    char hash[65]; /* config hash */
+    char hash[65];     /* config hash (whole file) */
+    char run_hash[65]; /* what every site must share */
     /* sites: every configured site sorted by name; id = index */
     int nsites, self;
     char name[AG_MAX_SITES][AL_SITE_MAX + 1];
@@ -90,6 +91,10 @@ typedef struct agent {
     ag_snapshot snap[AG_SNAPSHOTS];
     int snap_next;
     ag_interval iv; /* the interval in progress (saved in checkpoints) */
+    /* fault injection for tests (env AL_FAULT=interval:R or stats:R): die by
+     * SIGKILL halfway through round R's interval, or right after sending
+     * round R's statistics (in the middle of the sync) */
+    long fault_interval, fault_stats;
 } agent;
 
 /* agent_net.c */
@@ -105,6 +110,8 @@ int ag_join(agent *a, al_err *err);
  * and stats[] their statistics. */
 int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats *stats, int *m,
                 al_err *err);
+/* Our handshake: site, run, round, hashes, members. */
+void ag_hello(agent *a, al_hello *h);
 /* Start accepting round r (moves the receive window, frees old slots). */
 void ag_set_round(agent *a, long r);
 

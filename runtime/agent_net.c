@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -246,6 +247,9 @@ void ag_set_round(agent *a, long r) {
 }
 
 int ag_publish_state(agent *a, al_err *err) {
+    al_hello mine;
+    ag_hello(a, &mine);
+    al_server_set_hello(a->srv, &mine);
     uint8_t *ob;
     size_t ol;
     int rc = al_outer_serialize(&a->outer, &ob, &ol, err);
@@ -275,6 +279,29 @@ int ag_publish_state(agent *a, al_err *err) {
     a->snap_next = (a->snap_next + 1) % AG_SNAPSHOTS;
     pthread_mutex_unlock(&a->mu);
     return 0;
+}
+
+static void hex_to_bytes(const char *hex, uint8_t out[32]) {
+    for (int k = 0; k < 32; k++) {
+        unsigned v = 0;
+        sscanf(hex + 2 * k, "%2x", &v);
+        out[k] = (uint8_t)v;
+    }
+}
+
+void ag_hello(agent *a, al_hello *h) {
+    memset(h, 0, sizeof *h);
+    snprintf(h->site, sizeof h->site, "%s", a->name[a->self]);
+    snprintf(h->run_id, sizeof h->run_id, "%s", a->cfg->site_run_id);
+    h->round = (uint64_t)a->round;
+    hex_to_bytes(a->run_hash, h->config_hash);
+    char th[65];
+    al_outer_hash(&a->outer, th);
+    hex_to_bytes(th, h->theta_hash);
+    h->next_interval = (uint32_t)a->h;
+    for (int i = 0; i < a->nsites && h->n_members < 16; i++)
+        if (a->live[i])
+            snprintf(h->members[h->n_members++], sizeof h->members[0], "%s", a->name[i]);
 }
 
 /* ---- joining ---------------------------------------------------------------------- */
@@ -336,6 +363,22 @@ int ag_join(agent *a, al_err *err) {
         if (nup == a->nsites - 1 || ahead > a->round || al_now() > t_wait) break;
         struct timespec ts = {0, 300 * 1000 * 1000};
         nanosleep(&ts, NULL);
+    }
+    /* handshake: every site of a run must share the run's configuration */
+    al_hello mine, theirs;
+    ag_hello(a, &mine);
+    for (int i = 0; i < a->nsites; i++) {
+        if (!up[i]) continue;
+        int rc = al_client_hello(a->cli[i], &mine, &theirs, err);
+        if (rc) return al_err_prefix(err, "handshake with %s", a->name[i]);
+        if (memcmp(theirs.config_hash, mine.config_hash, 32) != 0) {
+            char h[65];
+            for (int k = 0; k < 32; k++) sprintf(h + 2 * k, "%02x", theirs.config_hash[k]);
+            return al_errf(err, AL_EMISMATCH,
+                           "site %s runs a different configuration (run hash %.16s, ours %.16s): "
+                           "[model], [inner] recipe, [outer] and [policy] must match",
+                           a->name[i], h, a->run_hash);
+        }
     }
     if (nup + 1 < a->cfg->round_min_sites)
         return al_errf(err, AL_EPEER,
@@ -576,6 +619,7 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
             expect[i] = 0;
         }
     }
+    if (a->round == a->fault_stats) raise(SIGKILL); /* test hook, see agent_impl.h */
     /* 2. wait for theirs; the members are those whose statistics arrived */
     struct timespec dl;
     deadline_in(&dl, a->cfg->round_deadline_s);

@@ -108,6 +108,9 @@ int al_config_set_arg(al_config *c, const char *assignment, al_err *err);
 char *al_config_dump(const al_config *c);
 /* SHA-256 of the dump, hex. */
 void al_config_hash(const al_config *c, char hex[65]);
+/* SHA-256 of the keys every site of a run must share (model, training recipe,
+ * [outer], [policy]): what sites compare in their handshake. */
+void al_config_run_hash(const al_config *c, char hex[65]);
 /* The table as help text. */
 void al_config_print_help(FILE *f);
 

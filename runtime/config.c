@@ -335,6 +335,52 @@ void al_config_hash(const al_config *c, char hex[65]) {
     free(d);
 }
 
+/* Keys every site of a run must share: the model, the training recipe, the
+ * outer optimizer and the policy (not paths, ports, threads or deadlines). */
+static int run_key(const char *line) {
+    static const char *const prefixes[] = {"model.",
+                                           "data.packing ",
+                                           "inner.batch ",
+                                           "inner.seq ",
+                                           "inner.accum ",
+                                           "inner.steps ",
+                                           "inner.lr ",
+                                           "inner.warmup ",
+                                           "inner.min_lr_frac ",
+                                           "inner.weight_decay ",
+                                           "inner.beta1 ",
+                                           "inner.beta2 ",
+                                           "inner.eps ",
+                                           "inner.grad_clip ",
+                                           "inner.seed ",
+                                           "outer.",
+                                           "policy.",
+                                           "round.min_sites "};
+    for (size_t i = 0; i < AL_ARRAY_LEN(prefixes); i++)
+        if (!strncmp(line, prefixes[i], strlen(prefixes[i]))) return 1;
+    return 0;
+}
+
+void al_config_run_hash(const al_config *c, char hex[65]) {
+    char *d = al_config_dump(c);
+    if (!d) {
+        al_sha256_hex("", 0, hex);
+        return;
+    }
+    size_t w = 0;
+    for (char *line = d; *line;) {
+        char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) + 1 : strlen(line);
+        if (run_key(line)) {
+            memmove(d + w, line, len);
+            w += len;
+        }
+        line += len;
+    }
+    al_sha256_hex(d, w, hex);
+    free(d);
+}
+
 void al_config_print_help(FILE *f) {
     const char *last = "";
     for (size_t i = 0; i < NKEYS; i++) {

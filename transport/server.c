@@ -71,7 +71,8 @@ typedef struct call_ctx {
     grpc_call *call;
     gpr_timespec deadline;
     int close_seen, cancelled, md_sent;
-    peer_bytes *peer; /* who the certificate says it is (NULL until known) */
+    peer_bytes *peer;      /* who the certificate says it is (NULL until known) */
+    uint64_t unattributed; /* bytes read before the peer was known */
     char cn[AL_SITE_MAX + 1];
 } call_ctx;
 
@@ -129,7 +130,10 @@ static int read_msg(call_ctx *c, grpc_slice *s) {
     if (!bb) return grpc_call_failed_before_recv_message(c->call) ? -1 : 0;
     *s = tu_flatten(bb);
     grpc_byte_buffer_destroy(bb);
-    if (c->peer) atomic_fetch_add(&c->peer->rx, GRPC_SLICE_LENGTH(*s));
+    if (c->peer)
+        atomic_fetch_add(&c->peer->rx, GRPC_SLICE_LENGTH(*s));
+    else
+        c->unattributed += GRPC_SLICE_LENGTH(*s);
     return 1;
 }
 
@@ -207,6 +211,10 @@ static int check_identity(call_ctx *c, const char *site, char *why, size_t n) {
     if (c->peer && c->peer != p) {
         snprintf(why, n, "site: changed from '%s' to '%.64s' within a call", c->peer->site, site);
         return AL_ST_PERMISSION_DENIED;
+    }
+    if (!c->peer) { /* the message naming the peer was read before we knew it: count it now */
+        atomic_fetch_add(&p->rx, c->unattributed);
+        c->unattributed = 0;
     }
     c->peer = p;
     return AL_ST_OK;
