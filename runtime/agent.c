@@ -313,9 +313,6 @@ static int round_once(agent *a, double *eval, al_err *err) {
     if ((rc = al_site_stats_check(&mine, err))) return al_err_prefix(err, "round %ld", a->round);
     int members[AG_MAX_SITES], M = 0;
     al_site_stats stats[AG_MAX_SITES];
-    uint64_t tx0[AG_MAX_SITES], rx0[AG_MAX_SITES];
-    for (int i = 0; i < a->nsites; i++)
-        if (a->cli[i]) al_client_bytes(a->cli[i], &tx0[i], &rx0[i]);
     if ((rc = ag_exchange(a, &mine, members, stats, &M, err))) return rc;
     double t_comm = al_now();
     /* commit: identical inputs on every member give identical outputs */
@@ -334,14 +331,16 @@ static int round_once(agent *a, double *eval, al_err *err) {
         if (a->joining[i] == a->round) a->joining[i] = -1;
     pthread_mutex_unlock(&a->mu);
     /* metrics and the event log */
-    double sent = 0, recv = 0;
+    /* bytes: what our clients sent (handshakes and state pulls included, so
+     * that the senders' total equals the receivers'), and what our server got */
+    double sent = a->tx_retired, recv = 0;
+    a->tx_retired = 0;
     for (int i = 0; i < a->nsites; i++) {
         if (!a->cli[i]) continue;
-        uint64_t tx, rx, srx = 0, stx = 0;
+        uint64_t tx, rx;
         al_client_bytes(a->cli[i], &tx, &rx);
-        al_server_bytes(a->srv, a->name[i], &srx, &stx);
-        (void)stx;
-        double dtx = (double)(tx - tx0[i]);
+        double dtx = (double)tx - a->peer_tx[i];
+        a->peer_tx[i] = (double)tx;
         sent += dtx;
         al_metrics_peer(&a->met, a->name[i], dtx, 0, t_comm - t_train);
     }

@@ -17,6 +17,19 @@
 
 #define AG_MAX_SITES 16
 #define AG_SNAPSHOTS 4
+/* Shard ids name the membership too: shard k of M has id M(M-1)/2 + k, so a
+ * redone exchange (fewer members) never collides with the first attempt in
+ * the transport's table of transfers. Ids run below AG_SHARD_SPACE. */
+#define AG_SHARD_SPACE (AG_MAX_SITES * (AG_MAX_SITES + 1) / 2)
+static inline int ag_shard_code(int M, int k) {
+    return M * (M - 1) / 2 + k;
+}
+static inline void ag_shard_decode(int code, int *M, int *k) {
+    int m = 1;
+    while ((m + 1) * m / 2 <= code) m++;
+    *M = m;
+    *k = code - m * (m - 1) / 2;
+}
 
 /* A received shard: the buffer the transport writes into, and its header. */
 typedef struct ag_slot {
@@ -78,11 +91,15 @@ typedef struct agent {
     uint8_t *enc;
     size_t enc_cap;
     double bytes_raw;
+    double peer_tx[AG_MAX_SITES]; /* client bytes counted so far, per peer */
+    double tx_retired;            /* bytes of clients replaced by fresh ones */
+    int reconnect[AG_MAX_SITES];  /* a peer came back: replace its client */
     double h_base;
     /* the exchange: written by server threads under mu, read by the driver */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     long cur_round;                       /* the round slots of parity r&1 are for */
+    int exchanging;                       /* members of cur_round are settled */
     ag_slot reduce[2][AG_MAX_SITES];      /* [round&1][sender]: its part of my shard */
     ag_slot gather[2][AG_MAX_SITES];      /* [round&1][shard]: the mean shard from its owner */
     al_site_stats stats[2][AG_MAX_SITES]; /* [round&1][site] */

@@ -30,11 +30,14 @@ static int wait_until(agent *a, const struct timespec *abs) {
 
 /* ---- server hooks (server threads) --------------------------------------------------- */
 
+/* The slot a shard lands in: reduce by sender, gather by shard index k (the
+ * id also names the membership size, see ag_shard_code). */
 static ag_slot *slot_for(agent *a, const al_shard_meta *m, int sender) {
-    int p = (int)(m->round & 1);
+    int p = (int)(m->round & 1), M, k;
+    if (m->shard_id >= AG_SHARD_SPACE) return NULL;
+    ag_shard_decode((int)m->shard_id, &M, &k);
     if (m->phase == AL_PHASE_REDUCE) return &a->reduce[p][sender];
-    if (m->phase == AL_PHASE_GATHER && m->shard_id < AG_MAX_SITES)
-        return &a->gather[p][m->shard_id];
+    if (m->phase == AL_PHASE_GATHER && k < AG_MAX_SITES) return &a->gather[p][k];
     return NULL;
 }
 
@@ -52,8 +55,8 @@ static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, si
         snprintf(why, n, "round %llu: this site is at round %ld", (unsigned long long)m->round,
                  a->cur_round);
         st = AL_ST_FAILED_PRECONDITION;
-    } else if (s->state != 0 && s->meta.round == m->round && s->meta.num_shards == m->num_shards &&
-               s->meta.shard_id == m->shard_id && !strcmp(s->meta.site, m->site)) {
+    } else if (s->state != 0 && s->meta.round == m->round && s->meta.shard_id == m->shard_id &&
+               !strcmp(s->meta.site, m->site)) {
         snprintf(why, n, "shard %u of round %llu from '%s' already %s", m->shard_id,
                  (unsigned long long)m->round, m->site, s->state == 2 ? "received" : "arriving");
         st = AL_ST_ALREADY_EXISTS;
@@ -143,11 +146,12 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
         *len = sn->outer_len;
     } else if (part == AL_STATE_META || part == AL_STATE_MOMENTUM) {
         if (part == AL_STATE_MOMENTUM) { /* registration */
-            if (a->cur_round != a->round || id < 0) {
+            if (a->exchanging || id < 0) {
                 snprintf(why, n, "round %ld is being exchanged; register for the next", a->round);
                 st = AL_ST_UNAVAILABLE;
             } else {
                 a->joining[id] = a->round;
+                a->reconnect[id] = 1; /* it was gone: a fresh channel, no backoff */
                 pthread_cond_broadcast(&a->cv);
             }
         }
@@ -162,6 +166,34 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
 }
 
 /* ---- start and stop ---------------------------------------------------------------- */
+
+/* A client for peer i (a new channel: no reconnect backoff inherited). */
+static int make_client(agent *a, int i, al_err *err) {
+    const al_config *c = a->cfg;
+    al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
+    al_client_cfg cc = {.target = a->addr[i],
+                        .site = a->name[a->self],
+                        .peer = a->name[i],
+                        .run_id = c->site_run_id,
+                        .tls = tls,
+                        .insecure = (int)c->tls_insecure,
+                        .deadline_s = c->round_deadline_s,
+                        .max_attempts = 3,
+                        .backoff_s = 0.1,
+                        .backoff_max_s = 1.0,
+                        .seed = (uint64_t)a->self + 1,
+                        .log = NULL};
+    if (a->cli[i]) {
+        uint64_t tx, rx;
+        al_client_bytes(a->cli[i], &tx, &rx);
+        a->tx_retired += (double)tx - a->peer_tx[i]; /* bytes not yet counted in a round */
+        a->peer_tx[i] = 0;
+        al_client_free(a->cli[i]);
+        a->cli[i] = NULL;
+    }
+    int rc = al_client_new(&cc, &a->cli[i], err);
+    return rc ? al_err_prefix(err, "peer %s (%s)", a->name[i], a->addr[i]) : 0;
+}
 
 int ag_net_start(agent *a, al_err *err) {
     const al_config *c = a->cfg;
@@ -178,29 +210,14 @@ int ag_net_start(agent *a, al_err *err) {
                         .tls = tls,
                         .insecure = (int)c->tls_insecure,
                         .threads = 4,
-                        .num_shards = AG_MAX_SITES,
+                        .num_shards = AG_SHARD_SPACE,
                         .idle_timeout_s = c->round_deadline_s,
                         .hooks = {a, hk_open, hk_done, hk_stats, hk_state},
                         .log = &a->log};
     int rc = al_server_start(&sc, &a->srv, err);
     if (rc) return al_err_prefix(err, "[site] listen %s", c->site_listen);
-    for (int i = 0; i < a->nsites && rc == 0; i++) {
-        if (i == a->self) continue;
-        al_client_cfg cc = {.target = a->addr[i],
-                            .site = a->name[a->self],
-                            .peer = a->name[i],
-                            .run_id = c->site_run_id,
-                            .tls = tls,
-                            .insecure = (int)c->tls_insecure,
-                            .deadline_s = c->round_deadline_s,
-                            .max_attempts = 3,
-                            .backoff_s = 0.1,
-                            .backoff_max_s = 1.0,
-                            .seed = (uint64_t)a->self + 1,
-                            .log = NULL};
-        rc = al_client_new(&cc, &a->cli[i], err);
-        if (rc) al_err_prefix(err, "peer %s (%s)", a->name[i], a->addr[i]);
-    }
+    for (int i = 0; i < a->nsites && rc == 0; i++)
+        if (i != a->self) rc = make_client(a, i, err);
     return rc;
 }
 
@@ -242,6 +259,7 @@ void ag_set_round(agent *a, long r) {
         if (a->have_stats[p][i] != r + 1) a->have_stats[p][i] = 0;
     }
     a->cur_round = r;
+    a->exchanging = 0;
     pthread_mutex_unlock(&a->mu);
     al_server_set_round(a->srv, (uint64_t)r, 0);
 }
@@ -357,6 +375,14 @@ int ag_join(agent *a, al_err *err) {
                 up[i] = 1;
                 nup++;
                 if (pm[i].round > ahead) ahead = pm[i].round;
+            } else {
+                int st = al_client_last_status(a->cli[i]);
+                if (st == AL_ST_PERMISSION_DENIED || st == AL_ST_UNAUTHENTICATED ||
+                    st == AL_ST_FAILED_PRECONDITION) { /* no retry fixes these */
+                    free(d);
+                    *err = e;
+                    return al_err_prefix(err, "site %s refused us", a->name[i]);
+                }
             }
             free(d);
         }
@@ -418,6 +444,7 @@ int ag_join(agent *a, al_err *err) {
             free(d);
         }
         if (ok && src >= 0) {
+            ag_set_round(a, r); /* accept the peers' round-r traffic from now on */
             uint8_t *d = NULL;
             uint64_t n = 0;
             int rc =
@@ -449,7 +476,22 @@ static void shard_range(size_t P, int M, int k, size_t *lo, size_t *hi) {
     *hi = P * (size_t)(k + 1) / (size_t)M;
 }
 
+/* Send our statistics; a peer that is momentarily a round behind (it is still
+ * joining) answers FAILED_PRECONDITION: try again until the round deadline. */
+static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err *err);
 static int push_stats(agent *a, const al_site_stats *mine, int peer, al_err *err) {
+    double end = al_now() + a->cfg->round_deadline_s;
+    for (;;) {
+        int rc = push_stats_once(a, mine, peer, err);
+        if (rc == 0 || al_client_last_status(a->cli[peer]) != AL_ST_FAILED_PRECONDITION ||
+            al_now() > end)
+            return rc;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err *err) {
     al_stats s;
     memset(&s, 0, sizeof s);
     snprintf(s.site, sizeof s.site, "%s", a->name[a->self]);
@@ -481,8 +523,8 @@ static int push_shard(agent *a, int peer, uint32_t phase, int k, int M, size_t l
     snprintf(m.site, sizeof m.site, "%s", a->name[a->self]);
     m.round = (uint64_t)a->round;
     m.phase = phase;
-    m.shard_id = (uint32_t)k;
-    m.num_shards = (uint32_t)M;
+    m.shard_id = (uint32_t)ag_shard_code(M, k);
+    m.num_shards = AG_SHARD_SPACE;
     m.total_bytes = len;
     m.codec = a->codec.kind;
     m.zstd = a->codec.zstd;
@@ -492,12 +534,29 @@ static int push_shard(agent *a, int peer, uint32_t phase, int k, int M, size_t l
 
 /* Is slot s a complete shard of this round and attempt? */
 static int slot_ok(const agent *a, const ag_slot *s, int k, int M) {
-    return s->state == 2 && (long)s->meta.round == a->round && (int)s->meta.num_shards == M &&
-           (int)s->meta.shard_id == k;
+    return s->state == 2 && (long)s->meta.round == a->round &&
+           (int)s->meta.shard_id == ag_shard_code(M, k);
 }
 
-/* One attempt with the given members; on failure *dead names a site to drop. */
-static int attempt(agent *a, const int *mem, int M, int *dead, al_err *err) {
+/* Has a peer already moved to an attempt with fewer members (it dropped a
+ * site we still count)? Called under a->mu. */
+static int moved_on(agent *a, int p, int M) {
+    for (int i = 0; i < AG_MAX_SITES; i++) {
+        const ag_slot *s[2] = {&a->reduce[p][i], &a->gather[p][i]};
+        for (int k = 0; k < 2; k++) {
+            int m2, k2;
+            if (s[k]->state == 0 || (long)s[k]->meta.round != a->round) continue;
+            ag_shard_decode((int)s[k]->meta.shard_id, &m2, &k2);
+            if (m2 < M) return 1;
+        }
+    }
+    return 0;
+}
+#define AG_PROBE (-2) /* *dead: a peer moved on; find out who is gone */
+
+/* One attempt with the given members; on failure *dead names a site to drop
+ * (or is AG_PROBE). Waits at most wait_s per phase. */
+static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al_err *err) {
     int me = 0;
     while (mem[me] != a->self) me++;
     size_t lo, hi;
@@ -529,13 +588,19 @@ static int attempt(agent *a, const int *mem, int M, int *dead, al_err *err) {
     }
     /* wait for the others' parts of my shard */
     struct timespec dl;
-    deadline_in(&dl, a->cfg->round_deadline_s);
+    deadline_in(&dl, wait_s);
     pthread_mutex_lock(&a->mu);
     for (;;) {
         int missing = -1;
         for (int j = 0; j < M && missing < 0; j++)
             if (mem[j] != a->self && !slot_ok(a, &a->reduce[p][mem[j]], me, M)) missing = mem[j];
         if (missing < 0) break;
+        if (moved_on(a, p, M)) {
+            pthread_mutex_unlock(&a->mu);
+            al_mean_free(&acc);
+            *dead = AG_PROBE;
+            return al_errf(err, AL_EPEER, "round %ld: a peer redid the exchange", a->round);
+        }
         if (!wait_until(a, &dl)) {
             pthread_mutex_unlock(&a->mu);
             al_mean_free(&acc);
@@ -571,13 +636,18 @@ static int attempt(agent *a, const int *mem, int M, int *dead, al_err *err) {
             return AL_EPEER;
         }
     }
-    deadline_in(&dl, a->cfg->round_deadline_s);
+    deadline_in(&dl, wait_s);
     pthread_mutex_lock(&a->mu);
     for (;;) {
         int missing = -1;
         for (int k = 0; k < M && missing < 0; k++)
             if (k != me && !slot_ok(a, &a->gather[p][k], k, M)) missing = mem[k];
         if (missing < 0) break;
+        if (moved_on(a, p, M)) {
+            pthread_mutex_unlock(&a->mu);
+            *dead = AG_PROBE;
+            return al_errf(err, AL_EPEER, "round %ld: a peer redid the exchange", a->round);
+        }
         if (!wait_until(a, &dl)) {
             pthread_mutex_unlock(&a->mu);
             *dead = missing;
@@ -605,7 +675,15 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
                 al_err *err) {
     int p = (int)(a->round & 1);
     /* 1. statistics to every site that may take part */
-    int expect[AG_MAX_SITES] = {0};
+    int expect[AG_MAX_SITES] = {0}, fresh[AG_MAX_SITES] = {0};
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nsites; i++) {
+        fresh[i] = a->reconnect[i];
+        a->reconnect[i] = 0;
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < a->nsites; i++)
+        if (fresh[i] && make_client(a, i, err)) return al_err_prefix(err, "round %ld", a->round);
     pthread_mutex_lock(&a->mu);
     for (int i = 0; i < a->nsites; i++)
         expect[i] = i != a->self && (a->live[i] || a->joining[i] == a->round);
@@ -637,6 +715,7 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
         }
         if (!missing || !wait_until(a, &dl)) break;
     }
+    a->exchanging = 1; /* from here on a registration is for the next round */
     int M = 0;
     for (int i = 0; i < a->nsites; i++) {
         if (i == a->self) {
@@ -658,30 +737,53 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
         }
     }
     pthread_mutex_unlock(&a->mu);
-    /* 3. reduce-scatter and all-gather; drop a site that fails and redo */
-    for (;;) {
+    /* 3. reduce-scatter and all-gather; drop a site that fails and redo. A
+     * redo waits twice the deadline: the other survivors may notice the
+     * failure up to one deadline later than we did. */
+    for (int tries = 0;; tries++) {
         if (M < a->cfg->round_min_sites)
             return al_errf(err, AL_EPEER,
                            "round %ld: %d live site(s), fewer than [round] "
                            "min_sites = %ld",
                            a->round, M, a->cfg->round_min_sites);
+        if (tries > 2 * a->nsites)
+            return al_errf(err, AL_EPEER, "round %ld: the sites could not agree on who is live",
+                           a->round);
         int dead = -1;
         al_err e = {0};
-        int rc = attempt(a, members, M, &dead, &e);
+        double wait_s = a->cfg->round_deadline_s * (tries ? 2.0 : 1.0);
+        int rc = attempt(a, members, M, wait_s, &dead, &e);
         if (rc == 0) break;
-        if (dead < 0 || dead == a->self) {
+        int drop[AG_MAX_SITES] = {0}, ndrop = 0;
+        if (dead == AG_PROBE) { /* someone dropped a site: ask each member if it is there */
+            for (int j = 0; j < M; j++) {
+                if (members[j] == a->self) continue;
+                uint64_t ms;
+                al_err pe = {0};
+                if (al_client_ping(a->cli[members[j]], (uint64_t)a->round, 0, &ms, &pe) != 0) {
+                    drop[members[j]] = 1;
+                    ndrop++;
+                }
+            }
+            if (!ndrop) continue; /* everyone answers: wait for the redo to reach us */
+        } else if (dead < 0 || dead == a->self) {
             *err = e;
             return rc;
+        } else {
+            drop[dead] = 1;
+            ndrop = 1;
         }
-        al_logf(&a->log, AL_LOG_WARN, "round %ld: dropping %s and redoing the exchange: %s",
-                a->round, a->name[dead], e.msg);
-        al_metrics_event(&a->met, "drop", a->name[dead], a->round, a->step);
         int k = 0;
-        for (int j = 0; j < M; j++)
-            if (members[j] != dead) {
-                members[k] = members[j];
-                stats[k++] = stats[j];
+        for (int j = 0; j < M; j++) {
+            if (drop[members[j]]) {
+                al_logf(&a->log, AL_LOG_WARN, "round %ld: dropping %s and redoing the exchange: %s",
+                        a->round, a->name[members[j]], e.msg);
+                al_metrics_event(&a->met, "drop", a->name[members[j]], a->round, a->step);
+                continue;
             }
+            members[k] = members[j];
+            stats[k++] = stats[j];
+        }
         M = k;
     }
     *m = M;

@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# test_agent.sh AUTOLOCO -- multi-site runs of real agent processes over
+# mutual TLS on 127.0.0.1 (issue 6):
+#   1. 3 sites x 2 workers: same theta_global hash everywhere, the loss falls,
+#      bytes sent by all sites = bytes received by all sites;
+#   2. faults: a site killed (SIGKILL) mid-interval and, separately, mid-sync:
+#      the survivors finish the round without it and go on; the killed site
+#      restarted with --resume rejoins and ends with the same hash; a
+#      connection cut through wanem mid-sync recovers without dropping a site;
+#   3. exact resume: a 2-site run stopped by SIGTERM and resumed ends with the
+#      hash of the uninterrupted run;
+#   4. bad input: config errors, a peer with another run config, a certificate
+#      for an unlisted site, a corrupt checkpoint, another preset's checkpoint.
+# Every wait is bounded (timeout); nothing is left running.
+set -u
+bin=${1:?usage: test_agent.sh path/to/autoloco}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+tmp=$(mktemp -d /tmp/al-test-agent.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+pass=0
+fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+no() { echo "FAIL: $*"; fail=$((fail + 1)); }
+
+cd "$tmp" || exit 1
+mkdir in
+for i in $(seq 1 400); do
+    printf 'fortune %d: the quick brown fox %d jumps over the lazy dog %d times\n%%\n' "$i" $((i * 7)) $((i % 13))
+done >in/f
+"$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
+"$bin" certs --dir certs --sites a,b,c,mallory >/dev/null || { echo "FAIL: certs"; exit 1; }
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# conf DIR SITE "SITES" PORTS... -- write DIR/SITE.ini; extra keys from $EXTRA
+conf() {
+    local dir=$1 me=$2 sites=$3
+    shift 3
+    local i=0 s
+    mkdir -p "$dir"
+    {
+        echo "[site]"
+        echo "name = $me"
+        for s in $sites; do
+            [[ $s == "$me" ]] && echo "listen = 127.0.0.1:${PORTS[$i]}"
+            i=$((i + 1))
+        done
+        echo "run_id = test"
+        echo "[peers]"
+        i=0
+        for s in $sites; do
+            [[ $s != "$me" ]] && echo "$s = 127.0.0.1:${PEER_PORTS[$i]:-${PORTS[$i]}}"
+            i=$((i + 1))
+        done
+        echo "[tls]"
+        echo "ca = $tmp/certs/ca.pem"
+        echo "cert = $tmp/certs/${CERT:-$me}.pem"
+        echo "key = $tmp/certs/${CERT:-$me}.key"
+        echo "[model]"
+        echo "preset = ${PRESET:-tiny}"
+        echo "[data]"
+        echo "train = $tmp/data/train.bin"
+        echo "val = $tmp/data/val.bin"
+        echo "[inner]"
+        echo "batch = 4"
+        echo "seq = 32"
+        echo "steps = ${STEPS:-40}"
+        echo "warmup = 5"
+        echo "lr = 1e-2"
+        echo "threads = 1"
+        echo "workers = ${WORKERS:-1}"
+        echo "eval_every = 0"
+        echo "eval_batches = 4"
+        echo "[outer]"
+        echo "codec = int8+zstd"
+        echo "lr = ${OUTER_LR:-0.7}"
+        echo "[policy]"
+        echo "name = fixed"
+        echo "h_base = ${H:-10}"
+        echo "[round]"
+        echo "deadline_s = ${DEADLINE:-5}"
+        echo "[checkpoint]"
+        echo "dir = $dir/run-$me"
+        echo "every = ${EVERY:-0}"
+        echo "keep = 3"
+    } >"$dir/$me.ini"
+}
+
+# start DIR SITE [ARGS...] -- an agent in the background, its log in DIR/SITE.log
+start() {
+    local dir=$1 me=$2
+    shift 2
+    "$bin" agent -c "$dir/$me.ini" "$@" >>"$dir/$me.log" 2>&1 &
+    pids+=($!)
+    eval "PID_$me=$!"
+}
+
+# await PID SECONDS -- wait for a process, at most SECONDS; its exit status
+await() {
+    local p=$1 t=$2 i
+    for ((i = 0; i < t * 10; i++)); do
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$p" 2>/dev/null; then
+        kill -KILL "$p"
+        wait "$p" 2>/dev/null
+        return 124
+    fi
+    wait "$p"
+}
+
+hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["theta_hash"])' "$1" 2>/dev/null; }
+
+# ---- 1. three sites, two workers each -------------------------------------------
+PORTS=($(port) $(port) $(port))
+for s in a b c; do WORKERS=2 conf r1 $s "a b c"; done
+for s in a b c; do start r1 $s; done
+rc=0
+for s in a b c; do
+    eval "p=\$PID_$s"
+    await "$p" 120 || rc=1
+done
+if [[ $rc -ne 0 ]]; then
+    no "3x2 run: an agent failed: $(tail -n 3 r1/*.log)"
+else
+    ha=$(hash_of r1/run-a/summary.json) hb=$(hash_of r1/run-b/summary.json) hc=$(hash_of r1/run-c/summary.json)
+    [[ -n $ha && $ha == "$hb" && $ha == "$hc" ]] && ok "3 sites x 2 workers: theta_global hash agrees ($ha)" ||
+        no "3x2 hashes differ: $ha $hb $hc"
+    python3 - r1 2>&1 <<'EOF' && ok "3x2: loss falls; bytes sent by senders = bytes received by receivers" || no "3x2 loss/bytes check"
+import json, sys
+d = sys.argv[1]
+rounds = [json.loads(l) for l in open(f"{d}/run-a/events.jsonl") if '"round"' in l]
+assert rounds[-1]["train_loss"] < rounds[0]["train_loss"], (rounds[0]["train_loss"], rounds[-1]["train_loss"])
+sent = sum(json.load(open(f"{d}/run-{s}/summary.json"))["bytes_sent"] for s in "abc")
+recv = sum(json.load(open(f"{d}/run-{s}/summary.json"))["bytes_recv"] for s in "abc")
+print(f"  loss {rounds[0]['train_loss']:.3f} -> {rounds[-1]['train_loss']:.3f}; sent {sent:.0f} B, received {recv:.0f} B")
+assert sent == recv and sent > 0
+assert all(r["members"] == 3 for r in rounds)
+EOF
+fi
+
+# ---- 2. faults: kill mid-interval / mid-sync, rejoin with --resume ---------------
+for fault in interval stats; do
+    dir=r2-$fault
+    PORTS=($(port) $(port) $(port))
+    for s in a b c; do PRESET=demo STEPS=200 EVERY=1 conf $dir $s "a b c"; done
+    start $dir a
+    start $dir b
+    AL_FAULT=$fault:3 start $dir c
+    await "$PID_c" 60
+    rc=$?
+    [[ $rc -eq 137 ]] || no "$fault: site c should have died by SIGKILL (status $rc)"
+    # restart it once the survivors are a round further: it must rejoin them
+    for _ in $(seq 1 600); do grep -q "round 4 |" $dir/a.log 2>/dev/null && break; sleep 0.1; done
+    start $dir c --resume "$dir/run-c"
+    rca=0
+    await "$PID_a" 120 || rca=1
+    await "$PID_b" 120 || rca=1
+    await "$PID_c" 120 || rca=1
+    ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
+    if [[ $rca -ne 0 ]]; then
+        no "$fault kill: a run failed: $(tail -n 2 $dir/*.log)"
+    elif [[ -z $ha || $ha != "$hb" || $ha != "$hc" ]]; then
+        no "$fault kill: hashes differ after rejoin: $ha $hb $hc"
+    elif ! grep -q "round 3.*sites 2\|dropping c\|leaving it out" $dir/a.log; then
+        no "$fault kill: survivors did not finish round 3 without c: $(grep round $dir/a.log | head -5)"
+    elif ! grep -q "joined at round" $dir/c.log; then
+        no "$fault kill: c did not rejoin: $(tail -n 3 $dir/c.log)"
+    else
+        ok "site killed mid-$fault: survivors went on without it, it rejoined with --resume, hashes agree ($ha)"
+    fi
+done
+
+# ---- 2c. a connection cut through wanem mid-sync ----------------------------------
+PORTS=($(port) $(port))
+wp=$(port)
+"$bin" wanem --listen 127.0.0.1:$wp --to 127.0.0.1:${PORTS[1]} --cut-after-bytes 60000 --duration 60 \
+    >r3.wanem.log 2>&1 &
+pids+=($!)
+wanem=$!
+PEER_PORTS=("" $wp) conf r3 a "a b"
+conf r3 b "a b"
+sleep 0.3
+start r3 a
+start r3 b
+rc=0
+await "$PID_a" 120 || rc=1
+await "$PID_b" 120 || rc=1
+kill $wanem 2>/dev/null
+ha=$(hash_of r3/run-a/summary.json) hb=$(hash_of r3/run-b/summary.json)
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] && ! grep -q "dropping\|leaving it out" r3/a.log r3/b.log; then
+    ok "connection cut through wanem mid-sync: recovered, nobody dropped ($(grep -c cut r3.wanem.log) cut lines)"
+else
+    no "wanem cut: rc $rc, hashes $ha $hb: $(grep -h 'dropping\|error' r3/*.log | head -3)"
+fi
+
+# ---- 3. exact resume ---------------------------------------------------------------
+PORTS=($(port) $(port))
+for s in a b; do PRESET=demo STEPS=150 H=50 conf r4 $s "a b"; done
+start r4 a
+start r4 b
+await "$PID_a" 180 && await "$PID_b" 180 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
+ref=$(hash_of r4/run-a/summary.json)
+PORTS=($(port) $(port))
+for s in a b; do PRESET=demo STEPS=150 H=50 conf r5 $s "a b"; done
+start r5 a
+start r5 b
+for _ in $(seq 1 300); do grep -q "round 0 |" r5/a.log 2>/dev/null && break; sleep 0.1; done
+sleep 0.4
+kill -TERM "$PID_a" "$PID_b"
+ra=0
+await "$PID_a" 60 || ra=1
+await "$PID_b" 60 || ra=1
+[[ $ra -eq 0 ]] || no "SIGTERM did not end the agents with status 0"
+start r5 a --resume r5/run-a
+start r5 b --resume r5/run-b
+await "$PID_a" 180 && await "$PID_b" 180 || no "resumed run failed: $(tail -n 2 r5/*.log)"
+got=$(hash_of r5/run-a/summary.json)
+if [[ -n $ref && $ref == "$got" && $(hash_of r5/run-b/summary.json) == "$ref" ]] &&
+    grep -q "resumed from" r5/a.log; then
+    ok "SIGTERM + --resume: bit-identical to the uninterrupted run ($ref)"
+else
+    no "resume not exact: uninterrupted $ref, resumed $got"
+fi
+
+# ---- 4. bad input ------------------------------------------------------------------
+# expect_err STATUS PATTERN -- CMD...: one error line matching PATTERN
+expect_err() {
+    local pat=$1
+    shift 2
+    local out
+    out=$(timeout 60 "$@" 2>&1 >/dev/null)
+    local rc=$?
+    if [[ $rc -eq 1 && $(grep -c '^autoloco: error:' <<<"$out") -ge 1 ]] && grep -qE -- "$pat" <<<"$out"; then
+        ok "error: $(grep '^autoloco: error:' <<<"$out" | head -c 170)"
+    else
+        no "expected /$pat/, got status $rc: $(tail -n 2 <<<"$out")"
+    fi
+}
+PORTS=($(port) $(port))
+conf r6 a "a b"
+cp r6/a.ini r6/bad.ini
+printf '[peers]\nb = nowhere\n' >>r6/bad.ini
+expect_err "bad.ini:[0-9]+: \[peers\] b: 'nowhere' is not host:port" -- "$bin" config check r6/bad.ini
+sed 's/^name = fixed/name = sometimes/' r6/a.ini >r6/bad2.ini
+expect_err "bad2.ini:[0-9]+: \[policy\] name" -- "$bin" config check r6/bad2.ini
+sed 's/^codec = int8+zstd/codec = int3/' r6/a.ini >r6/bad3.ini
+expect_err "\[outer\] codec.*int3" -- "$bin" config check r6/bad3.ini
+sed 's#^cert = .*#cert = /nonexistent.pem#' r6/a.ini >r6/bad4.ini
+expect_err "\[tls\] cert: '/nonexistent.pem' is missing" -- "$bin" config check r6/bad4.ini
+sed 's/^name = a$/name = no\/slash/' r6/a.ini >r6/bad5.ini
+expect_err "\[site\] name: 'no/slash' is not a valid site name" -- "$bin" config check r6/bad5.ini
+sed 's/^lr = 0.7$/lr = fast/' r6/a.ini >r6/bad6.ini
+expect_err "bad6.ini:[0-9]+: \[outer\] lr: 'fast' is not a number" -- "$bin" config check r6/bad6.ini
+# a peer with another run configuration
+conf r7 a "a b"
+OUTER_LR=0.5 conf r7 b "a b"
+start r7 a
+expect_err "site a runs a different configuration" -- "$bin" agent -c r7/b.ini
+kill "$PID_a" 2>/dev/null
+# a certificate for an unlisted site
+PORTS=($(port) $(port))
+conf r8 a "a b"
+CERT=mallory conf r8 b "a b"
+start r8 a
+expect_err "PERMISSION_DENIED" -- "$bin" agent -c r8/b.ini
+kill "$PID_a" 2>/dev/null
+# checkpoints: a flipped bit falls back to the previous one; another preset is refused
+ck=r2-interval/run-a
+last=$(ls -d $ck/step-* | sort | tail -n 1)
+python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(3000); b=f.read(1); f.seek(3000); f.write(bytes([b[0]^1]))' "$last/model.safetensors"
+"$bin" agent -c r2-interval/a.ini --resume $ck --set round.deadline_s=1 >r6/resume.log 2>&1
+if grep -q "skipping checkpoint .*SHA-256 mismatch" r6/resume.log && grep -q "resumed from" r6/resume.log &&
+    [[ $(ls -d $ck/step-* | wc -l) -ge 2 ]]; then
+    ok "corrupt newest checkpoint: skipped with a warning, resumed from the previous one"
+else
+    no "corrupt checkpoint: $(head -n 4 r6/resume.log)"
+fi
+expect_err "checkpoint of preset 'demo'" -- "$bin" agent -c r1/a.ini --resume $ck --set round.deadline_s=1
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
