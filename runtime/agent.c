@@ -342,7 +342,11 @@ static int round_once(agent *a, double *eval, al_err *err) {
         double dtx = (double)tx - a->peer_tx[i];
         a->peer_tx[i] = (double)tx;
         sent += dtx;
-        al_metrics_peer(&a->met, a->name[i], dtx, 0, t_comm - t_train);
+        uint64_t srx = 0, stx = 0;
+        al_server_bytes(a->srv, a->name[i], &srx, &stx);
+        double drx = (double)srx - a->peer_rx[i];
+        a->peer_rx[i] = (double)srx;
+        al_metrics_peer(&a->met, a->name[i], dtx, drx, t_comm - t_train);
     }
     for (int i = 0; i < a->nsites; i++) {
         uint64_t srx = 0, stx = 0;

@@ -93,6 +93,7 @@ typedef struct agent {
     double bytes_raw;
     double peer_tx[AG_MAX_SITES]; /* client bytes counted so far, per peer */
     double tx_retired;            /* bytes of clients replaced by fresh ones */
+    double peer_rx[AG_MAX_SITES]; /* server bytes from each peer counted so far */
     int reconnect[AG_MAX_SITES];  /* a peer came back: replace its client */
     double h_base;
     /* the exchange: written by server threads under mu, read by the driver */

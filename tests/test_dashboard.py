@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""test_dashboard.py AUTOLOCO [SCREENSHOT_DIR] -- the dashboard in a real browser.
+
+Starts a short `autoloco demo` (2 sites on loopback over mTLS), loads site a's
+dashboard in headless Chromium while it trains, waits for the charts to hold
+data points, and checks that the savings figure on the page equals the one
+/api/v1/status reports. Then `autoloco report` on the finished run's JSONL
+must give one HTML file that opens offline with the charts drawn.
+Screenshots go to SCREENSHOT_DIR (default: the test's temporary folder).
+Exits 77 (skipped) when Chromium, its driver or Selenium is missing."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+def skip(why):
+    print(f"SKIP: {why}")
+    sys.exit(77)
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+except ImportError:
+    skip("python3-selenium is not installed (run under /usr/bin/python3)")
+for exe in ("/usr/bin/chromium", "/usr/bin/chromedriver"):
+    if not os.path.exists(exe):
+        skip(f"{exe} is missing (apt-get install chromium chromium-driver)")
+
+autoloco = os.path.abspath(sys.argv[1])
+tmp = tempfile.mkdtemp(prefix="al-test-dashboard.")
+shots = sys.argv[2] if len(sys.argv) > 2 else tmp
+passed = failed = 0
+
+def check(ok, what):
+    global passed, failed
+    print(("ok: " if ok else "FAIL: ") + what, flush=True)
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+
+def browser():
+    o = webdriver.ChromeOptions()
+    o.binary_location = "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--disable-quic", "--no-first-run", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--window-size=1400,1000",
+              f"--user-data-dir={tmp}/chrome-profile"):
+        o.add_argument(a)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=o)
+
+def points(drv, chart):
+    v = drv.execute_script(f"return document.getElementById('{chart}').getAttribute('data-points')")
+    return int(v or 0)
+
+demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "160",
+                         "--h-base", "16", "--dir", f"{tmp}/run", "--json"],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+url = None
+lines = []
+deadline = time.time() + 60
+while time.time() < deadline and url is None:
+    line = demo.stdout.readline()
+    if not line:
+        break
+    lines.append(line)
+    m = re.search(r"site a: .*dashboard (http://127\.0\.0\.1:\d+/)", line)
+    if m:
+        url = m.group(1)
+check(url is not None, f"demo started, site a's dashboard at {url}")
+drv = browser()
+try:
+    if url:
+        # the agent may take a moment to listen: retry the first load
+        for _ in range(50):
+            try:
+                urllib.request.urlopen(url + "api/v1/status", timeout=2).read()
+                break
+            except Exception:
+                time.sleep(0.2)
+        drv.get(url)
+        end = time.time() + 90
+        while time.time() < end:
+            n = {c: points(drv, c) for c in ("chart-loss", "chart-h", "chart-bytes")}
+            if min(n.values()) >= 4:
+                break
+            time.sleep(0.5)
+        check(min(n.values()) >= 4, f"live charts hold data points: {n}")
+        agree = False
+        for _ in range(40):
+            shown1 = drv.find_element("id", "savings-diloco-pct").text
+            status = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())
+            shown2 = drv.find_element("id", "savings-diloco-pct").text
+            want = f"{status['savings_vs_diloco_pct']:.1f}"
+            if shown1 == shown2 == want:
+                agree = True
+                break
+            time.sleep(0.3)
+        check(agree, f"savings on the page ({shown2}%) = /api/v1/status ({want}%)")
+        drv.save_screenshot(os.path.join(shots, "dashboard.png"))
+    out, _ = demo.communicate(timeout=300)
+    lines.append(out)
+    check(demo.returncode == 0, f"demo finished (exit {demo.returncode})")
+    last = json.loads("".join(lines).strip().splitlines()[-1])
+    check(last.get("theta_hash_agree") is True, "demo sites agree on theta_global")
+    # the offline report
+    events = f"{tmp}/run/site-a/events.jsonl"
+    html = f"{tmp}/report.html"
+    r = subprocess.run([autoloco, "report", events, "-o", html], capture_output=True, text=True)
+    check(r.returncode == 0 and os.path.exists(html), f"autoloco report: {r.stdout.strip()}")
+    drv.get("file://" + html)
+    time.sleep(1)
+    n = {c: points(drv, c) for c in ("chart-loss", "chart-h", "chart-bytes", "chart-time")}
+    rounds = len([l for l in open(events) if '"event":"round"' in l])
+    check(min(n.values()) >= 4 and n["chart-h"] == rounds,
+          f"report opens offline with the charts drawn: {n} ({rounds} rounds)")
+    state = drv.find_element("id", "state").text
+    check(state.startswith("report"), f"report mode: '{state}'")
+    drv.save_screenshot(os.path.join(shots, "report.png"))
+finally:
+    drv.quit()
+    if demo.poll() is None:
+        demo.kill()
+    shutil.rmtree(tmp, ignore_errors=True)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
