@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef AL_VERSION
 #define AL_VERSION "0.1.0"
@@ -63,7 +64,20 @@ int al_cli_double(const char *flag, const char *s, double *out, al_err *err) {
     return 0;
 }
 
+/* libgomp reads its settings when it loads, before main. Its default waits at
+ * barriers by spinning for ~0.3M iterations: when another process holds one of
+ * the cores (another site, a worker, anything) the spinning thread burns the
+ * time slice its partner needs, and a 2-thread step ran 7x slower here
+ * (docs/results/inner.md). A short spin then sleep costs nothing when the cores
+ * are free. So, unless the user chose, set it and start again. */
+static void tune_openmp(char **argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+    setenv("GOMP_SPINCOUNT", "1000", 1);
+    execv("/proc/self/exe", argv); /* on failure: carry on with the defaults */
+}
+
 int main(int argc, char **argv) {
+    tune_openmp(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;
