@@ -58,7 +58,7 @@ def points(drv, chart):
     v = drv.execute_script(f"return document.getElementById('{chart}').getAttribute('data-points')")
     return int(v or 0)
 
-demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "160",
+demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "240",
                          "--h-base", "16", "--dir", f"{tmp}/run", "--json"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 url = None
@@ -103,6 +103,36 @@ try:
             time.sleep(0.3)
         check(agree, f"savings on the page ({shown2}%) = /api/v1/status ({want}%)")
         drv.save_screenshot(os.path.join(shots, "dashboard.png"))
+        # /metrics carries the same byte totals as the agent's status
+        same = False
+        for _ in range(40):
+            st1 = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())
+            met = urllib.request.urlopen(url + "metrics", timeout=5).read().decode()
+            st2 = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())
+            m = re.search(r'^autoloco_sent_bytes_total\{site="a"\} (\S+)$', met, re.M)
+            if m and st1["bytes_sent"] == st2["bytes_sent"] == float(m.group(1)):
+                same = True
+                break
+            time.sleep(0.2)
+        check(same, f"/metrics autoloco_sent_bytes_total = status bytes_sent ({st2['bytes_sent']:.0f})")
+        # 40 clients that never finish their request do not hold up training
+        import socket
+        host, port = url.split("//")[1].strip("/").split(":")
+        slow = []
+        for _ in range(40):
+            c = socket.create_connection((host, int(port)))
+            c.send(b"GET /metr")
+            slow.append(c)
+        r0 = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())["syncs"]
+        t0 = time.time()
+        r1 = r0
+        while time.time() - t0 < 60 and r1 < r0 + 2:
+            time.sleep(0.5)
+            r1 = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())["syncs"]
+        check(r1 >= r0 + 2, f"with 40 stalled connections open, rounds went on: syncs {r0} -> {r1} "
+              f"in {time.time() - t0:.1f} s")
+        for c in slow:
+            c.close()
     out, _ = demo.communicate(timeout=300)
     lines.append(out)
     check(demo.returncode == 0, f"demo finished (exit {demo.returncode})")
