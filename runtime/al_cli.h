@@ -16,6 +16,7 @@
 /* X(name, function, one-line summary) -- the table drives dispatch and help. */
 #define AL_COMMANDS(X)                                                                             \
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
+    X("sim", al_cmd_sim, "simulate M sites in one process: outer loop, policies, WAN model")     \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner")                                            \
     X("version", al_cmd_version, "print the version")
