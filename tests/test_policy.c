@@ -163,7 +163,7 @@ static void test_qsr(void **state) {
  * 13  2.3  M = 1: grow                                   15.625        16  (unchanged) */
 static const char *const exact_auto[] = {
     "h_base", "40",   "grow", "1.25", "shrink", "0.75",  "ema",       "0.5",   "warmup", "1",
-    "c_min",  "0.25", "drop", "0.25", "spike",  "0.125", "normalize", "false", NULL};
+    "c_min",  "0.25", "drop", "0.25", "spike",  "0.125", "normalize", "false", "floor", "0", NULL};
 static const double a_loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.6, 3.0,
                                 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3};
 static const double a_rho[] = {0.625, 0.625, 0.625, 0.4375, 0.4375, 0.4375, 1,
