@@ -144,6 +144,29 @@ static int load_file(simcfg *s, const char *path, al_err *err) {
     return al_errf(err, AL_ECONFIG, "%s:%d: syntax error", path, line);
 }
 
+/* The line of `key` in section [sec] of an INI file (0 if not found): for
+ * errors about [policy] keys, which are checked only once the policy's name
+ * is known, after the whole file was read. */
+static int find_line(const char *path, const char *sec, const char *key) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char buf[1024], cur[64] = "";
+    int line = 0, found = 0;
+    while (!found && fgets(buf, sizeof buf, f)) {
+        line++;
+        char *p = buf + strspn(buf, " \t");
+        if (*p == '[') {
+            size_t n = strcspn(p + 1, "]");
+            snprintf(cur, sizeof cur, "%.*s", (int)AL_MIN(n, sizeof cur - 1), p + 1);
+            continue;
+        }
+        size_t n = strcspn(p, " \t=:");
+        found = !strcmp(cur, sec) && n == strlen(key) && !strncmp(p, key, n);
+    }
+    fclose(f);
+    return found ? line : 0;
+}
+
 static int set_arg(simcfg *s, const char *a, al_err *err) {
     const char *dot = strchr(a, '.'), *eq = strchr(a, '=');
     if (!dot || !eq || dot > eq)
@@ -296,7 +319,15 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     rc = al_policy_create_kv(&pol, (const char *const *)s.pkey, (const char *const *)s.pval,
                              (size_t)s.npol, &bad, err);
     if (rc) {
-        if (bad >= 0) al_err_prefix(err, "%s: [policy] %s", s.pwhere[bad], s.pkey[bad]);
+        if (bad >= 0) {
+            int line = strcmp(s.pwhere[bad], "--set") && strcmp(s.pwhere[bad], "defaults")
+                           ? find_line(s.pwhere[bad], "policy", s.pkey[bad])
+                           : 0;
+            if (line > 0)
+                al_err_prefix(err, "%s:%d: [policy] %s", s.pwhere[bad], line, s.pkey[bad]);
+            else
+                al_err_prefix(err, "%s: [policy] %s", s.pwhere[bad], s.pkey[bad]);
+        }
         goto out;
     }
     o.policy = pol;

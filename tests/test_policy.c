@@ -192,6 +192,20 @@ static void test_autoloco_hand(void **state) {
     al_policy_free(p);
 }
 
+/* floor 1 (the default): the same decisions as test_autoloco_hand, but hc
+ * never goes below h_base = 40 (r4: 35.16 → 40; r6: spike 37.5 → 40; r13:
+ * 62.5 rounds half away from zero to 63). */
+static void test_autoloco_floor(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", exact_auto);
+    al_err err = {0};
+    assert_int_equal(al_policy_set(p, "floor", "1", &err), 0);
+    assert_int_equal(start(p), 40);
+    const int64_t want[A_ROUNDS] = {40, 50, 63, 47, 40, 50, 40, 40, 40, 40, 40, 40, 50, 63};
+    for (int r = 0; r < A_ROUNDS; r++) assert_int_equal(next(p, a_stats(r)), want[r]);
+    al_policy_free(p);
+}
+
 /* Normalisation: with c = 0.5 over H_eff = S²/Ση² = 80 steps (η 0.25: S = 20,
  * Ση² = 5), snr = 1 is referred to 40 steps: snr_ref = 0.5, c_ref = 1/3.
  * Over 40 steps c_ref = c = 0.5. A c that rises with H only because the signal
@@ -378,7 +392,7 @@ int main(void) {
         cmocka_unit_test(test_registry),          cmocka_unit_test(test_fixed),
         cmocka_unit_test(test_adacomm),           cmocka_unit_test(test_qsr),
         cmocka_unit_test(test_autoloco_hand),     cmocka_unit_test(test_autoloco_normalized),
-        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_deterministic_and_resume),
+        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_autoloco_floor), cmocka_unit_test(test_deterministic_and_resume),
         cmocka_unit_test(test_refuses_nonfinite), cmocka_unit_test(test_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
