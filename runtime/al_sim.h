@@ -52,6 +52,15 @@ typedef struct al_sim_codec {
  * 4 + 32/128 bits). No zstd. AL_ENOTFOUND for other names. */
 int al_sim_codec_builtin(al_sim_codec *c, const char *name, al_err *err);
 
+/* The unit in which the AutoLoCo correction measures an interval's progress
+ * (the S_r passed to al_outer_step, and S_ref):
+ *   LR:    S_r = Σ η_t, S_ref = h_base·η_peak (DESIGN.md §4 as written). Under a
+ *          decaying lr a round makes less progress, so the momentum's memory
+ *          (μ^(S_r/S_ref) per round) stretches over more and more rounds.
+ *   STEPS: S_r = H_r, S_ref = h_base: the correction for a changing H only;
+ *          fixed H = h_base is exactly DiLoCo whatever the lr schedule. */
+typedef enum { AL_SIM_PROGRESS_LR = 0, AL_SIM_PROGRESS_STEPS = 1 } al_sim_progress;
+
 typedef struct al_sim_opts {
     al_model_config model;
     al_train_opts train; /* per site; .steps = the inner-step budget, .seed = init and data */
@@ -60,7 +69,8 @@ typedef struct al_sim_opts {
                           * false: site m gets the m-th of M contiguous runs of documents
                           * (documents are in file order, so: disjoint groups of fortune files) */
     bool ddp;            /* reference: one model, gradients averaged every step */
-    al_outer_cfg outer;  /* .s_ref 0: h_base·lr */
+    al_outer_cfg outer;  /* .s_ref 0: h_base·lr (LR) or h_base (STEPS) */
+    al_sim_progress progress;
     al_policy *policy;   /* configured, not started (the sim starts it); not owned. Unused by ddp */
     al_sim_codec codec;
     double bandwidth_bps; /* bits per second of each site's link */

@@ -30,6 +30,7 @@ typedef struct simcfg {
     al_config c;
     long sites, eval_every;
     bool iid;
+    al_sim_progress progress;
     bool correction_set; /* [outer] correction given: else none for fixed (DiLoCo) */
     char codec[16];
     double bw_mbit, rtt_ms;
@@ -89,13 +90,17 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
         else if (!strcmp(key, "iid")) {
             if (parse_bool(v, &s->iid))
                 rc = al_errf(err, AL_ECONFIG, "[sim] iid: '%s' is not true or false", v);
+        } else if (!strcmp(key, "progress")) {
+            if (!strcmp(v, "lr")) s->progress = AL_SIM_PROGRESS_LR;
+            else if (!strcmp(v, "steps")) s->progress = AL_SIM_PROGRESS_STEPS;
+            else rc = al_errf(err, AL_ECONFIG, "[sim] progress: '%s' is not lr or steps", v);
         } else if (!strcmp(key, "codec")) {
             al_sim_codec c;
             if ((rc = al_sim_codec_builtin(&c, v, err)) == 0)
                 snprintf(s->codec, sizeof s->codec, "%s", v);
         } else
             rc = al_errf(err, AL_ECONFIG,
-                         "[sim] %s: unknown key (known: sites, iid, codec, eval_every)", key);
+                         "[sim] %s: unknown key (known: sites, iid, codec, eval_every, progress)", key);
     } else if (!strcmp(sec, "wan")) {
         double *dst = !strcmp(key, "bandwidth_mbit") ? &s->bw_mbit
                       : !strcmp(key, "rtt_ms")       ? &s->rtt_ms
@@ -207,7 +212,8 @@ static void sim_usage(FILE *f) {
             SIM_H_BASE ").\n\n"
             "options:\n"
             "  -c, --config FILE    INI: [model] [data] [inner] as for train, and [sim] (sites,\n"
-            "                       iid, codec, eval_every), [wan] (bandwidth_mbit, rtt_ms),\n"
+            "                       iid, codec, eval_every, progress = lr|steps: the unit of\n"
+            "                       the correction's S_r), [wan] (bandwidth_mbit, rtt_ms),\n"
             "                       [outer] (lr, momentum, correction, s_ref), [policy] (name,\n"
             "                       h_base, h_min, h_max and the policy's own keys)\n"
             "  --set S.K=V          override one key (any section above)\n"
@@ -308,6 +314,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     }
     o.sites = (int)s.sites;
     o.iid = s.iid;
+    o.progress = s.progress;
     o.ddp = ddp;
     o.outer = s.outer;
     o.bandwidth_bps = s.bw_mbit * 1e6;

@@ -307,7 +307,9 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
         /* every site applies the same step to its own replica; all must agree */
         char hash0[65], hm[65];
         for (int m = 0; m < M && rc == 0; m++) {
-            rc = al_outer_step(&s->outer[m], s->dbar, rs.lr_sum, err);
+            rc = al_outer_step(&s->outer[m], s->dbar,
+                               o->progress == AL_SIM_PROGRESS_STEPS ? (double)rs.steps : rs.lr_sum,
+                               err);
             if (rc) break;
             al_outer_hash(&s->outer[m], m == 0 ? hash0 : hm);
             if (m > 0 && strcmp(hash0, hm) != 0)
@@ -472,7 +474,8 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
         return rc;
     }
     al_outer_cfg oc = o->outer;
-    if (oc.s_ref == 0) oc.s_ref = al_policy_h_base(o->policy) * o->train.lr;
+    if (oc.s_ref == 0)
+        oc.s_ref = al_policy_h_base(o->policy) * (o->progress == AL_SIM_PROGRESS_STEPS ? 1 : o->train.lr);
     if ((rc = al_outer_cfg_check(&oc, err))) return rc;
     s->outer = calloc((size_t)M, sizeof *s->outer);
     s->delta = calloc((size_t)M, sizeof *s->delta);
@@ -525,6 +528,8 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     json_object_set_new(j, "iid", json_boolean(o->iid));
     json_object_set_new(j, "seed", json_integer((json_int_t)o->train.seed));
     json_object_set_new(j, "codec", json_string(o->codec.name));
+    json_object_set_new(j, "progress",
+                        json_string(o->progress == AL_SIM_PROGRESS_STEPS ? "steps" : "lr"));
     json_object_set_new(j, "steps", json_integer(r->steps));
     json_object_set_new(j, "syncs", json_integer(r->syncs));
     json_object_set_new(j, "bytes", json_real(r->bytes));

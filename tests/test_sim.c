@@ -223,6 +223,36 @@ static void test_fixed_none_is_diloco(void **state) {
     al_policy_free(p);
 }
 
+/* progress = steps: the correction measures intervals in steps, so fixed H =
+ * h_base with the correction on is DiLoCo up to float rounding (g = Δ̄/H and
+ * m·H in place of b), whatever the lr schedule; progress = lr is not (the
+ * warmup and the cosine move S_r away from S_ref). */
+static void test_progress_steps_fixed_is_diloco(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    al_sim_result none, steps, lr;
+    opts_for(&o, &p, "fixed", 2, 20, 5);
+    o.outer.correction = AL_CORRECTION_NONE;
+    run_ok(&o, &none);
+    o.outer.correction = AL_CORRECTION_AUTOLOCO;
+    o.progress = AL_SIM_PROGRESS_STEPS;
+    run_ok(&o, &steps);
+    o.progress = AL_SIM_PROGRESS_LR;
+    run_ok(&o, &lr);
+    double *ref = t_to_d(none.theta, none.nparams);
+    double e_steps = t_max_rel_err(steps.theta, ref, none.nparams);
+    double e_lr = t_max_rel_err(lr.theta, ref, none.nparams);
+    print_message("  correction lr vs DiLoCo: rel diff %.3e (expected large)\n", e_lr);
+    assert_err_below("correction (steps) vs DiLoCo, 4 rounds", e_steps, 1e-5);
+    assert_true(e_lr > 1e-3);
+    free(ref);
+    al_sim_result_free(&none);
+    al_sim_result_free(&steps);
+    al_sim_result_free(&lr);
+    al_policy_free(p);
+}
+
 static void test_nan_site_left_out(void **state) {
     (void)state;
     al_sim_opts o;
@@ -342,6 +372,7 @@ int main(void) {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_hash_each_round),
         cmocka_unit_test(test_fixed_none_is_diloco),
+        cmocka_unit_test(test_progress_steps_fixed_is_diloco),
         cmocka_unit_test(test_nan_site_left_out),
         cmocka_unit_test(test_ddp_one_site_is_training),
         cmocka_unit_test(test_codec_bytes),
