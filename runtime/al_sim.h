@@ -84,7 +84,8 @@ typedef struct al_sim_opts {
     long nan_round; /* -1: off */
 } al_sim_opts;
 
-/* Defaults: 4 IID sites, the outer defaults, fp32, 1 Gbit/s, 50 ms, no faults.
+/* Defaults: 4 IID sites, the outer defaults, progress in steps, fp32, 1 Gbit/s,
+ * 50 ms, no faults.
  * model/train/policy must still be filled in. */
 void al_sim_opts_default(al_sim_opts *o);
 

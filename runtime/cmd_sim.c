@@ -190,6 +190,7 @@ static int simcfg_init(simcfg *s, al_err *err) {
     int rc = al_config_init(&s->c, err);
     s->sites = 4;
     s->iid = true;
+    s->progress = AL_SIM_PROGRESS_STEPS;
     snprintf(s->codec, sizeof s->codec, "fp32");
     s->bw_mbit = 1000;
     s->rtt_ms = 50;

@@ -74,6 +74,7 @@ void al_sim_opts_default(al_sim_opts *o) {
     o->sites = 4;
     o->iid = true;
     al_outer_cfg_default(&o->outer);
+    o->progress = AL_SIM_PROGRESS_STEPS; /* the sweep's evidence: docs/outer.md */
     al_sim_codec_builtin(&o->codec, "fp32", NULL);
     o->bandwidth_bps = 1e9;
     o->rtt_s = 0.05;
