@@ -142,7 +142,10 @@ const al_policy_ops al_policy_qsr = {.name = "qsr",
  *     signal ≥ c_min                                 → H ×grow
  *     otherwise                                      → hold
  *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number hc (so
- *   gentle factors compound) clipped to [h_min, h_max]. Optionally (lr_power
+ *   gentle factors compound) clipped to [max(h_min, floor·h_base), h_max]:
+ *   the tuned rule grows while the sites share ≥ c_min of their progress (the
+ *   early phase) and comes back towards h_base, never below it, as coherence
+ *   falls (docs/outer.md has the sweep's evidence). Optionally (lr_power
  *   p > 0) the interval returned is hc·(η_max/η_r)^p, η_max the largest η_r
  *   seen: QSR's observation that a decayed lr tolerates longer intervals. The
  *   result is rounded half away from zero. */
