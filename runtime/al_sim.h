@@ -71,7 +71,7 @@ typedef struct al_sim_opts {
     bool ddp;            /* reference: one model, gradients averaged every step */
     al_outer_cfg outer;  /* .s_ref 0: h_base·lr (LR) or h_base (STEPS) */
     al_sim_progress progress;
-    al_policy *policy;   /* configured, not started (the sim starts it); not owned. Unused by ddp */
+    al_policy *policy; /* configured, not started (the sim starts it); not owned. Unused by ddp */
     al_sim_codec codec;
     double bandwidth_bps; /* bits per second of each site's link */
     double rtt_s;
@@ -90,22 +90,22 @@ typedef struct al_sim_opts {
 void al_sim_opts_default(al_sim_opts *o);
 
 typedef struct al_sim_result {
-    long syncs;             /* outer rounds (DDP: steps) */
-    long steps;             /* inner steps per site */
-    double bytes;           /* bytes sent over the WAN, summed over sites */
-    double bytes_per_site;  /* bytes one site sent */
-    double final_eval_loss; /* of θ_global after the last round */
+    long syncs;              /* outer rounds (DDP: steps) */
+    long steps;              /* inner steps per site */
+    double bytes;            /* bytes sent over the WAN, summed over sites */
+    double bytes_per_site;   /* bytes one site sent */
+    double final_eval_loss;  /* of θ_global after the last round */
     double final_train_loss; /* mean train loss over the last interval */
-    long *h_history;        /* [n_h] the H of each round as run (the last may be cut short) */
+    long *h_history;         /* [n_h] the H of each round as run (the last may be cut short) */
     long n_h;
-    long dropped;           /* site-rounds left out (refused Δ) */
-    double compute_s;       /* projected compute: Σ_rounds max_m compute */
-    double comm_s;          /* projected communication on the configured link */
-    double projected_s;     /* compute_s + comm_s */
+    long dropped;                            /* site-rounds left out (refused Δ) */
+    double compute_s;                        /* projected compute: Σ_rounds max_m compute */
+    double comm_s;                           /* projected communication on the configured link */
+    double projected_s;                      /* compute_s + comm_s */
     double projected_1g_s, projected_100m_s; /* the same at 1 Gbit/s and 100 Mbit/s, 50 ms RTT */
-    double wall_s;          /* this process's wall-clock time */
-    char hash[65];          /* SHA-256 of the final θ_global (identical on every site) */
-    float *theta;           /* copy of the final θ_global [nparams] */
+    double wall_s;                           /* this process's wall-clock time */
+    char hash[65]; /* SHA-256 of the final θ_global (identical on every site) */
+    float *theta;  /* copy of the final θ_global [nparams] */
     size_t nparams;
 } al_sim_result;
 

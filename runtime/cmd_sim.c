@@ -69,9 +69,12 @@ static int policy_pair(simcfg *s, const char *key, const char *value, const char
 }
 
 static int parse_bool(const char *v, bool *out) {
-    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = true;
-    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *out = false;
-    else return -1;
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes"))
+        *out = true;
+    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no"))
+        *out = false;
+    else
+        return -1;
     return 0;
 }
 
@@ -84,23 +87,28 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
         rc = al_outer_cfg_set(&s->outer, key, v, err);
         if (rc == 0 && !strcmp(key, "correction")) s->correction_set = true;
     } else if (!strcmp(sec, "sim")) {
-        if (!strcmp(key, "sites")) rc = al_cli_int("[sim] sites", v, 1, 256, &s->sites, err);
+        if (!strcmp(key, "sites"))
+            rc = al_cli_int("[sim] sites", v, 1, 256, &s->sites, err);
         else if (!strcmp(key, "eval_every"))
             rc = al_cli_int("[sim] eval_every", v, 0, 1L << 30, &s->eval_every, err);
         else if (!strcmp(key, "iid")) {
             if (parse_bool(v, &s->iid))
                 rc = al_errf(err, AL_ECONFIG, "[sim] iid: '%s' is not true or false", v);
         } else if (!strcmp(key, "progress")) {
-            if (!strcmp(v, "lr")) s->progress = AL_SIM_PROGRESS_LR;
-            else if (!strcmp(v, "steps")) s->progress = AL_SIM_PROGRESS_STEPS;
-            else rc = al_errf(err, AL_ECONFIG, "[sim] progress: '%s' is not lr or steps", v);
+            if (!strcmp(v, "lr"))
+                s->progress = AL_SIM_PROGRESS_LR;
+            else if (!strcmp(v, "steps"))
+                s->progress = AL_SIM_PROGRESS_STEPS;
+            else
+                rc = al_errf(err, AL_ECONFIG, "[sim] progress: '%s' is not lr or steps", v);
         } else if (!strcmp(key, "codec")) {
             al_sim_codec c;
             if ((rc = al_sim_codec_builtin(&c, v, err)) == 0)
                 snprintf(s->codec, sizeof s->codec, "%s", v);
         } else
             rc = al_errf(err, AL_ECONFIG,
-                         "[sim] %s: unknown key (known: sites, iid, codec, eval_every, progress)", key);
+                         "[sim] %s: unknown key (known: sites, iid, codec, eval_every, progress)",
+                         key);
     } else if (!strcmp(sec, "wan")) {
         double *dst = !strcmp(key, "bandwidth_mbit") ? &s->bw_mbit
                       : !strcmp(key, "rtt_ms")       ? &s->rtt_ms
@@ -196,8 +204,8 @@ static int simcfg_init(simcfg *s, al_err *err) {
     s->rtt_ms = 50;
     al_outer_cfg_default(&s->outer);
     static const char *const defs[][3] = {
-        {"model", "preset", "tiny"}, {"inner", "batch", "16"},   {"inner", "seq", "32"},
-        {"inner", "steps", "1500"},  {"inner", "warmup", "100"}, {"inner", "threads", "1"},
+        {"model", "preset", "tiny"},    {"inner", "batch", "16"},        {"inner", "seq", "32"},
+        {"inner", "steps", "1500"},     {"inner", "warmup", "100"},      {"inner", "threads", "1"},
         {"policy", "name", "autoloco"}, {"policy", "h_base", SIM_H_BASE}};
     for (size_t i = 0; i < AL_ARRAY_LEN(defs) && rc == 0; i++)
         rc = set_key(s, defs[i][0], defs[i][1], defs[i][2], "defaults", err);
@@ -209,8 +217,8 @@ static void sim_usage(FILE *f) {
             "usage: autoloco sim [-c FILE.ini] [--set section.key=value]... [options]\n\n"
             "M simulated sites in one process: each a real model with its own AdamW and data\n"
             "shard; the real outer optimizer and policy; a WAN model projects wall-clock time.\n"
-            "Defaults: the headline sweep (tiny model, 4 IID sites, 1500 steps, H_base "
-            SIM_H_BASE ").\n\n"
+            "Defaults: the headline sweep (tiny model, 4 IID sites, 1500 steps, H_base " SIM_H_BASE
+            ").\n\n"
             "options:\n"
             "  -c, --config FILE    INI: [model] [data] [inner] as for train, and [sim] (sites,\n"
             "                       iid, codec, eval_every, progress = lr|steps: the unit of\n"
@@ -231,16 +239,23 @@ static void sim_usage(FILE *f) {
 }
 
 int al_cmd_sim(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {
-        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'},
-        {"policy", required_argument, 0, 'p'}, {"h", required_argument, 0, 'H'},
-        {"correction", required_argument, 0, 'C'}, {"ddp", no_argument, 0, 'D'},
-        {"seed", required_argument, 0, 'S'},   {"sites", required_argument, 0, 'M'},
-        {"steps", required_argument, 0, 'n'},  {"threads", required_argument, 0, 't'},
-        {"noniid", no_argument, 0, 'N'},       {"iid", no_argument, 0, 'I'},
-        {"codec", required_argument, 0, 'k'},  {"jsonl", required_argument, 0, 'j'},
-        {"json", no_argument, 0, 'J'},         {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"set", required_argument, 0, 's'},
+                                         {"policy", required_argument, 0, 'p'},
+                                         {"h", required_argument, 0, 'H'},
+                                         {"correction", required_argument, 0, 'C'},
+                                         {"ddp", no_argument, 0, 'D'},
+                                         {"seed", required_argument, 0, 'S'},
+                                         {"sites", required_argument, 0, 'M'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"noniid", no_argument, 0, 'N'},
+                                         {"iid", no_argument, 0, 'I'},
+                                         {"codec", required_argument, 0, 'k'},
+                                         {"jsonl", required_argument, 0, 'j'},
+                                         {"json", no_argument, 0, 'J'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     simcfg s;
     al_tokens train = {0}, val = {0};
     al_policy *pol = NULL;
@@ -266,20 +281,48 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     while (rc == 0 && (ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
         const char *flag = NULL, *sec = NULL, *key = NULL;
         switch (ch) {
-        case 's': rc = set_arg(&s, optarg, err); break;
-        case 'p': flag = "--policy", sec = "policy", key = "name"; break;
-        case 'H': flag = "--h", sec = "policy", key = "h"; break;
-        case 'C': flag = "--correction", sec = "outer", key = "correction"; break;
-        case 'S': flag = "--seed", sec = "inner", key = "seed"; break;
-        case 'M': flag = "--sites", sec = "sim", key = "sites"; break;
-        case 'n': flag = "--steps", sec = "inner", key = "steps"; break;
-        case 't': flag = "--threads", sec = "inner", key = "threads"; break;
-        case 'k': flag = "--codec", sec = "sim", key = "codec"; break;
-        case 'N': s.iid = false; break;
-        case 'I': s.iid = true; break;
-        case 'D': ddp = true; break;
-        case 'j': jsonl = optarg; break;
-        case 'J': json = true; break;
+        case 's':
+            rc = set_arg(&s, optarg, err);
+            break;
+        case 'p':
+            flag = "--policy", sec = "policy", key = "name";
+            break;
+        case 'H':
+            flag = "--h", sec = "policy", key = "h";
+            break;
+        case 'C':
+            flag = "--correction", sec = "outer", key = "correction";
+            break;
+        case 'S':
+            flag = "--seed", sec = "inner", key = "seed";
+            break;
+        case 'M':
+            flag = "--sites", sec = "sim", key = "sites";
+            break;
+        case 'n':
+            flag = "--steps", sec = "inner", key = "steps";
+            break;
+        case 't':
+            flag = "--threads", sec = "inner", key = "threads";
+            break;
+        case 'k':
+            flag = "--codec", sec = "sim", key = "codec";
+            break;
+        case 'N':
+            s.iid = false;
+            break;
+        case 'I':
+            s.iid = true;
+            break;
+        case 'D':
+            ddp = true;
+            break;
+        case 'j':
+            jsonl = optarg;
+            break;
+        case 'J':
+            json = true;
+            break;
         }
         if (flag) rc = set_key(&s, sec, key, optarg, flag, err);
     }
@@ -309,8 +352,8 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     o.train.seed = (uint64_t)c->inner_seed;
     if ((rc = al_packing_parse(c->data_packing, &o.train.packing, err))) goto out;
     if (o.train.seq > o.model.T) {
-        rc = al_errf(err, AL_ECONFIG, "[inner] seq: %d exceeds preset '%s' context %d",
-                     o.train.seq, o.model.preset, o.model.T);
+        rc = al_errf(err, AL_ECONFIG, "[inner] seq: %d exceeds preset '%s' context %d", o.train.seq,
+                     o.model.preset, o.model.T);
         goto out;
     }
     o.sites = (int)s.sites;
@@ -351,8 +394,8 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     o.jsonl = jl;
     printf("autoloco sim: %s, %d %s sites x %ld steps, preset %s, %s%s, codec %s\n",
            ddp ? "ddp" : al_policy_name(pol), o.sites, o.iid ? "IID" : "non-IID", o.train.steps,
-           o.model.preset, ddp ? "" : "correction ", ddp ? "" : al_correction_name(o.outer.correction),
-           o.codec.name);
+           o.model.preset, ddp ? "" : "correction ",
+           ddp ? "" : al_correction_name(o.outer.correction), o.codec.name);
     fflush(stdout);
     al_sim_result r;
     if ((rc = al_sim_run(&o, &train, val.tok ? &val : NULL, &r, err))) goto out;

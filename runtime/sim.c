@@ -141,15 +141,15 @@ typedef struct sim {
     const al_sim_opts *o;
     int M;
     size_t P;
-    al_tokens *shard;   /* [M] non-IID shards (unused for IID) */
-    al_trainer *tr;     /* [M] sites (DDP: [1]) */
-    al_outer *outer;    /* [M] every site's replica of the outer state */
-    float **delta;      /* [M] pseudo-gradients */
-    float *dbar;        /* the mean */
+    al_tokens *shard; /* [M] non-IID shards (unused for IID) */
+    al_trainer *tr;   /* [M] sites (DDP: [1]) */
+    al_outer *outer;  /* [M] every site's replica of the outer state */
+    float **delta;    /* [M] pseudo-gradients */
+    float *dbar;      /* the mean */
     al_mean mean;
-    al_site_stats *ss;  /* [M] this round's stats of live sites */
-    al_loader *ld;      /* DDP: [M] the sites' loaders */
-    al_batch *mbs;      /* DDP: [M·accum] */
+    al_site_stats *ss; /* [M] this round's stats of live sites */
+    al_loader *ld;     /* DDP: [M] the sites' loaders */
+    al_batch *mbs;     /* DDP: [M·accum] */
     long cap_h;
 } sim;
 
@@ -452,8 +452,8 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     /* every replica starts from the same weights (init seed = run seed); only
      * the data order differs: each site's loader gets its own seed */
     for (int m = 0; m < nt && rc == 0; m++) {
-        rc = al_trainer_init(&s->tr[m], &o->model, &o->train, o->ddp ? NULL : site_data(s, train, m),
-                             m == 0 ? val : NULL, err);
+        rc = al_trainer_init(&s->tr[m], &o->model, &o->train,
+                             o->ddp ? NULL : site_data(s, train, m), m == 0 ? val : NULL, err);
         if (rc == 0 && !o->ddp) {
             al_loader_free(&s->tr[m].train);
             rc = al_loader_init(&s->tr[m].train, site_data(s, train, m), o->train.packing, 1,
@@ -476,7 +476,8 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     }
     al_outer_cfg oc = o->outer;
     if (oc.s_ref == 0)
-        oc.s_ref = al_policy_h_base(o->policy) * (o->progress == AL_SIM_PROGRESS_STEPS ? 1 : o->train.lr);
+        oc.s_ref =
+            al_policy_h_base(o->policy) * (o->progress == AL_SIM_PROGRESS_STEPS ? 1 : o->train.lr);
     if ((rc = al_outer_cfg_check(&oc, err))) return rc;
     s->outer = calloc((size_t)M, sizeof *s->outer);
     s->delta = calloc((size_t)M, sizeof *s->delta);
