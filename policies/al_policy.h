@@ -67,6 +67,10 @@ int al_policy_next_interval(al_policy *p, const al_round_stats *stats, int64_t *
 /* The H last returned (H_1 right after start). */
 int64_t al_policy_current(const al_policy *p);
 
+/* The resolved h_base (valid after start or load; before, the setting). The
+ * simulator and the agent derive S_ref = h_base·η_peak from it. */
+double al_policy_h_base(const al_policy *p);
+
 /* The resolved settings as "key=value" lines (name first), for logs, the
  * run's manifest and its config hash. Returns the length it needs (like
  * snprintf); writes at most cap bytes, NUL-terminated when cap > 0. */

@@ -38,6 +38,9 @@ const char *al_policy_name(const al_policy *p) {
 int64_t al_policy_current(const al_policy *p) {
     return (int64_t)p->st[S_H];
 }
+double al_policy_h_base(const al_policy *p) {
+    return p->started ? p->h_base : p->par[P_H_BASE];
+}
 
 static const al_pparam *param_at(const al_policy *p, int i) {
     return i < P_OWN ? &common[i] : &p->ops->params[i - P_OWN];

@@ -142,7 +142,10 @@ const al_policy_ops al_policy_qsr = {.name = "qsr",
  *     signal ≥ c_min                                 → H ×grow
  *     otherwise                                      → hold
  *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number hc (so
- *   gentle factors compound) clipped to [h_min, h_max]. Optionally (lr_power
+ *   gentle factors compound) clipped to [max(h_min, floor·h_base), h_max]:
+ *   the tuned rule grows while the sites share ≥ c_min of their progress (the
+ *   early phase) and comes back towards h_base, never below it, as coherence
+ *   falls (docs/outer.md has the sweep's evidence). Optionally (lr_power
  *   p > 0) the interval returned is hc·(η_max/η_r)^p, η_max the largest η_r
  *   seen: QSR's observation that a decayed lr tolerates longer intervals. The
  *   result is rounded half away from zero. */
@@ -156,19 +159,21 @@ enum {
     AL_DROP,
     AL_SPIKE,
     AL_NORM,
-    AL_LRPOW
+    AL_LRPOW,
+    AL_FLOOR
 };
 enum { AL_S_HC = S_OWN, AL_S_EMA, AL_S_PREV, AL_S_SIGNAL, AL_S_FACTOR, AL_S_LRMAX };
 static const al_pparam auto_params[] = {
-    {"grow", AL_P_REAL, 1.25, 1, 10, "factor on H when the sites move coherently"},
+    {"grow", AL_P_REAL, 1.5, 1, 10, "factor on H when the sites move coherently"},
     {"shrink", AL_P_REAL, 0.7, 0.01, 1, "factor on H on a loss spike or falling coherence"},
     {"ema", AL_P_REAL, 0.7, 0, 0.999, "weight of the old value in the coherence EMA"},
     {"warmup", AL_P_INT, 2, 0, 1e6, "rounds at h_base before H moves"},
-    {"c_min", AL_P_REAL, 0.1, 0, 1, "coherence needed to grow"},
+    {"c_min", AL_P_REAL, 0.75, 0, 1, "coherence needed to grow"},
     {"drop", AL_P_REAL, 0.2, 0, 1, "relative fall of coherence below its EMA that shrinks H"},
     {"spike", AL_P_REAL, 0.02, 0, 10, "relative rise of the loss that counts as a spike"},
     {"normalize", AL_P_BOOL, 1, 0, 1, "refer coherence to an h_base interval"},
     {"lr_power", AL_P_REAL, 0, 0, 4, "H = hc*(eta_max/eta_r)^lr_power (0: off; 2: like qsr)"},
+    {"floor", AL_P_REAL, 1, 0, 1, "smallest H as a fraction of h_base (0: h_min only)"},
 };
 _Static_assert(P_OWN + AL_ARRAY_LEN(auto_params) <= AL_POLICY_MAXP, "too many settings");
 static const char *const auto_state[] = {"hc", "ema", "prev_loss", "signal", "factor", "lr_max"};
@@ -223,7 +228,10 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
     else if (sig >= a[AL_CMIN])
         f = a[AL_GROW];
     if (sig >= 0) st[AL_S_EMA] = ema < 0 ? sig : fma(a[AL_EMA], ema, (1 - a[AL_EMA]) * sig);
-    st[AL_S_HC] = fmin(p->h_max, fmax(p->h_min, st[AL_S_HC] * f));
+    /* never below floor·h_base: syncing more often than DiLoCo did not pay in the
+     * sweep (small H overshoots with outer momentum 0.9; docs/outer.md) */
+    double lo = fmax(p->h_min, a[AL_FLOOR] * p->h_base);
+    st[AL_S_HC] = fmin(p->h_max, fmax(lo, st[AL_S_HC] * f));
     st[AL_S_PREV] = s->loss;
     st[AL_S_SIGNAL] = sig;
     st[AL_S_FACTOR] = f;

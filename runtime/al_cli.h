@@ -19,6 +19,7 @@
     X("agent", al_cmd_agent, "run one site of a multi-site run: agent -c SITE.ini")                \
     X("config", al_cmd_config, "validate a site configuration: config check SITE.ini")             \
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
+    X("sim", al_cmd_sim, "simulate M sites in one process: outer loop, policies, WAN model")       \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport")                              \
     X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \

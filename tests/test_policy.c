@@ -163,7 +163,7 @@ static void test_qsr(void **state) {
  * 13  2.3  M = 1: grow                                   15.625        16  (unchanged) */
 static const char *const exact_auto[] = {
     "h_base", "40",   "grow", "1.25", "shrink", "0.75",  "ema",       "0.5",   "warmup", "1",
-    "c_min",  "0.25", "drop", "0.25", "spike",  "0.125", "normalize", "false", NULL};
+    "c_min",  "0.25", "drop", "0.25", "spike",  "0.125", "normalize", "false", "floor", "0", NULL};
 static const double a_loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.6, 3.0,
                                 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3};
 static const double a_rho[] = {0.625, 0.625, 0.625, 0.4375, 0.4375, 0.4375, 1,
@@ -189,6 +189,20 @@ static void test_autoloco_hand(void **state) {
     int64_t h = 0;
     for (int r = A_ROUNDS; r < A_ROUNDS + 40; r++) h = next(p, rs(r, 4, 2.0, 1.0, 0.25, 40));
     assert_int_equal(h, 320);
+    al_policy_free(p);
+}
+
+/* floor 1 (the default): the same decisions as test_autoloco_hand, but hc
+ * never goes below h_base = 40 (r4: 35.16 → 40; r6: spike 37.5 → 40; r13:
+ * 62.5 rounds half away from zero to 63). */
+static void test_autoloco_floor(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", exact_auto);
+    al_err err = {0};
+    assert_int_equal(al_policy_set(p, "floor", "1", &err), 0);
+    assert_int_equal(start(p), 40);
+    const int64_t want[A_ROUNDS] = {40, 50, 63, 47, 40, 50, 40, 40, 40, 40, 40, 40, 50, 63};
+    for (int r = 0; r < A_ROUNDS; r++) assert_int_equal(next(p, a_stats(r)), want[r]);
     al_policy_free(p);
 }
 
@@ -378,7 +392,7 @@ int main(void) {
         cmocka_unit_test(test_registry),          cmocka_unit_test(test_fixed),
         cmocka_unit_test(test_adacomm),           cmocka_unit_test(test_qsr),
         cmocka_unit_test(test_autoloco_hand),     cmocka_unit_test(test_autoloco_normalized),
-        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_deterministic_and_resume),
+        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_autoloco_floor), cmocka_unit_test(test_deterministic_and_resume),
         cmocka_unit_test(test_refuses_nonfinite), cmocka_unit_test(test_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

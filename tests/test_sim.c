@@ -1,0 +1,381 @@
+/*
+ * test_sim.c -- `autoloco sim` (runtime/al_sim.h) on the tiny preset:
+ *  - the same seed gives the same run: θ_global bits, eval loss, H history;
+ *  - every simulated site's replica of θ_global has the same hash every round
+ *    (the sim checks it and fails with AL_EINTEGRITY; the log carries it);
+ *  - `fixed` + correction none in the sim loop equals DiLoCo transcribed by
+ *    hand over real trainers, bit for bit;
+ *  - a site whose Δ holds a NaN is refused and left out of that round, and
+ *    the run goes on; with no site left the round fails cleanly;
+ *  - DDP with one site is plain training; codecs price the bytes.
+ */
+#include "al_test.h"
+
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "al_data.h"
+#include "al_policy.h"
+#include "al_sim.h"
+
+static char g_tmp[256]; /* per-process scratch folder (test fixture, not library state) */
+static al_tokens g_train, g_val;
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/al-test-sim-%d", (int)getpid());
+    al_remove_tree(g_tmp, NULL);
+    mkdir(g_tmp, 0755);
+    char path[512], out[512];
+    snprintf(path, sizeof path, "%s/corpus.txt", g_tmp);
+    FILE *f = fopen(path, "w");
+    al_rng r;
+    al_rng_seed(&r, 5);
+    for (int d = 0; d < 400; d++) {
+        int len = 5 + (int)al_rng_below(&r, 60);
+        for (int i = 0; i < len; i++) fputc("abcdefgh ijk\n"[al_rng_below(&r, 12)], f);
+        fputs("\n\n", f);
+    }
+    fclose(f);
+    snprintf(out, sizeof out, "%s/data", g_tmp);
+    const char *in[] = {path};
+    al_prep_stats st;
+    al_err err = {0};
+    int rc = al_data_prep(in, 1, AL_FMT_TEXT, out, 0.1, 1, &st, &err);
+    snprintf(path, sizeof path, "%s/data/train.bin", g_tmp);
+    if (rc == 0) rc = al_tokens_load(&g_train, path, &err);
+    snprintf(path, sizeof path, "%s/data/val.bin", g_tmp);
+    if (rc == 0) rc = al_tokens_load(&g_val, path, &err);
+    if (rc) fprintf(stderr, "setup: %s\n", err.msg);
+    al_threads_set(1);
+    return rc;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    al_tokens_free(&g_train);
+    al_tokens_free(&g_val);
+    return al_remove_tree(g_tmp, NULL);
+}
+
+/* A small run: tiny preset, 4 rows of 32, `steps` inner steps per site. */
+static void opts_for(al_sim_opts *o, al_policy **pol, const char *policy, int sites, long steps,
+                     int h_base) {
+    al_err err = {0};
+    al_sim_opts_default(o);
+    assert_int_equal(al_model_preset(&o->model, "tiny", &err), 0);
+    al_train_opts_default(&o->train);
+    o->train.batch = 4;
+    o->train.seq = 32;
+    o->train.steps = steps;
+    o->train.warmup = 4;
+    o->train.seed = 7;
+    o->sites = sites;
+    o->eval_batches = 4;
+    assert_int_equal(al_policy_create(pol, policy, &err), 0);
+    char hb[32];
+    snprintf(hb, sizeof hb, "%d", h_base);
+    assert_int_equal(al_policy_set(*pol, "h_base", hb, &err), 0);
+    o->policy = *pol;
+}
+
+static void run_ok(const al_sim_opts *o, al_sim_result *r) {
+    al_err err = {0};
+    int rc = al_sim_run(o, &g_train, &g_val, r, &err);
+    if (rc) fail_msg("al_sim_run: %s", err.msg);
+}
+
+static void test_deterministic(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p1, *p2;
+    al_sim_result a, b;
+    opts_for(&o, &p1, "autoloco", 3, 48, 4);
+    o.iid = false;
+    run_ok(&o, &a);
+    opts_for(&o, &p2, "autoloco", 3, 48, 4);
+    o.iid = false;
+    run_ok(&o, &b);
+    print_message("  autoloco, 3 non-IID sites: %ld syncs, eval %.6f, %s\n", a.syncs,
+                  a.final_eval_loss, a.hash);
+    assert_true(a.syncs >= 2);
+    assert_string_equal(a.hash, b.hash);
+    assert_memory_equal(&a.final_eval_loss, &b.final_eval_loss, sizeof(double));
+    assert_int_equal(a.n_h, b.n_h);
+    assert_memory_equal(a.h_history, b.h_history, (size_t)a.n_h * sizeof(long));
+    assert_true(a.bytes == b.bytes);
+    char *ja = al_sim_result_json(&o, &a);
+    json_t *j = json_loads(ja, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "syncs")), a.syncs);
+    assert_int_equal(json_array_size(json_object_get(j, "h_history")), a.n_h);
+    assert_non_null(json_object_get(j, "final_eval_loss"));
+    assert_non_null(json_object_get(j, "bytes"));
+    json_decref(j);
+    free(ja);
+    /* another seed is another run */
+    al_sim_result c;
+    o.train.seed = 8;
+    al_policy_free(p2);
+    opts_for(&o, &p2, "autoloco", 3, 48, 4);
+    o.train.seed = 8;
+    run_ok(&o, &c);
+    assert_string_not_equal(a.hash, c.hash);
+    al_sim_result_free(&a);
+    al_sim_result_free(&b);
+    al_sim_result_free(&c);
+    al_policy_free(p1);
+    al_policy_free(p2);
+}
+
+/* The per-round log: one record a round, θ_global's hash agreed by every site
+ * (the sim compares the replicas' hashes and would stop with AL_EINTEGRITY). */
+static void test_hash_each_round(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    opts_for(&o, &p, "adacomm", 4, 40, 5);
+    char path[512];
+    snprintf(path, sizeof path, "%s/rounds.jsonl", g_tmp);
+    o.jsonl = fopen(path, "w");
+    al_sim_result r;
+    run_ok(&o, &r);
+    fclose(o.jsonl);
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    long rounds = 0;
+    char last[65] = "";
+    while (fgets(line, sizeof line, f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        assert_int_equal(json_integer_value(json_object_get(j, "round")), rounds);
+        assert_int_equal(json_integer_value(json_object_get(j, "live")), 4);
+        const char *h = json_string_value(json_object_get(j, "hash"));
+        assert_non_null(h);
+        assert_int_equal(strlen(h), 64);
+        assert_string_not_equal(h, last); /* θ moved */
+        snprintf(last, sizeof last, "%s", h);
+        json_decref(j);
+        rounds++;
+    }
+    fclose(f);
+    assert_int_equal(rounds, r.syncs);
+    assert_string_equal(last, r.hash);
+    char hex[65];
+    al_sha256_hex(r.theta, r.nparams * sizeof(float), hex);
+    assert_string_equal(hex, r.hash);
+    al_sim_result_free(&r);
+    al_policy_free(p);
+}
+
+/* fixed + correction none in the sim = DiLoCo by hand over the same trainers. */
+static void test_fixed_none_is_diloco(void **state) {
+    (void)state;
+    enum { M = 2, H = 5, R = 3 };
+    al_sim_opts o;
+    al_policy *p;
+    opts_for(&o, &p, "fixed", M, H * R, H);
+    o.outer.correction = AL_CORRECTION_NONE;
+    al_sim_result res;
+    run_ok(&o, &res);
+    assert_int_equal(res.syncs, R);
+
+    al_err err = {0};
+    al_trainer tr[M];
+    for (int m = 0; m < M; m++) {
+        assert_int_equal(al_trainer_init(&tr[m], &o.model, &o.train, &g_train, NULL, &err), 0);
+        al_loader_free(&tr[m].train);
+        assert_int_equal(al_loader_init(&tr[m].train, &g_train, o.train.packing, 1,
+                                        al_sim_site_seed(o.train.seed, m), &err),
+                         0);
+    }
+    size_t n = tr[0].model.lay.nparams;
+    float *th = malloc(n * sizeof(float)), *b = calloc(n, sizeof(float));
+    float *sum = malloc(n * sizeof(float));
+    memcpy(th, tr[0].model.params, n * sizeof(float));
+    for (int r = 0; r < R; r++) {
+        for (int m = 0; m < M; m++)
+            for (int k = 0; k < H; k++) {
+                al_step_stats st;
+                assert_int_equal(al_trainer_step(&tr[m], &st, &err), 0);
+            }
+        /* Δ̄ = Σ_m (θ − θ_m) in site order, / M; b ← μb + Δ̄; θ ← θ − α(Δ̄ + μb) */
+        for (size_t i = 0; i < n; i++) sum[i] = th[i] - tr[0].model.params[i];
+        for (int m = 1; m < M; m++)
+            for (size_t i = 0; i < n; i++) sum[i] = sum[i] + (th[i] - tr[m].model.params[i]);
+        for (size_t i = 0; i < n; i++) {
+            float d = sum[i] / (float)M;
+            b[i] = fmaf(0.9f, b[i], d);
+            th[i] = fmaf(-0.7f, fmaf(0.9f, b[i], d), th[i]);
+        }
+        for (int m = 0; m < M; m++) memcpy(tr[m].model.params, th, n * sizeof(float));
+    }
+    assert_int_equal(res.nparams, n);
+    assert_memory_equal(res.theta, th, n * sizeof(float));
+    print_message("  DiLoCo by hand == sim (fixed, none), %zu params, %d rounds: bitwise\n", n, R);
+    for (int m = 0; m < M; m++) al_trainer_free(&tr[m]);
+    free(th);
+    free(b);
+    free(sum);
+    al_sim_result_free(&res);
+    al_policy_free(p);
+}
+
+/* progress = steps: the correction measures intervals in steps, so fixed H =
+ * h_base with the correction on is DiLoCo up to float rounding (g = Δ̄/H and
+ * m·H in place of b), whatever the lr schedule; progress = lr is not (the
+ * warmup and the cosine move S_r away from S_ref). */
+static void test_progress_steps_fixed_is_diloco(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    al_sim_result none, steps, lr;
+    opts_for(&o, &p, "fixed", 2, 20, 5);
+    o.outer.correction = AL_CORRECTION_NONE;
+    run_ok(&o, &none);
+    o.outer.correction = AL_CORRECTION_AUTOLOCO;
+    o.progress = AL_SIM_PROGRESS_STEPS;
+    run_ok(&o, &steps);
+    o.progress = AL_SIM_PROGRESS_LR;
+    run_ok(&o, &lr);
+    double *ref = t_to_d(none.theta, none.nparams);
+    double e_steps = t_max_rel_err(steps.theta, ref, none.nparams);
+    double e_lr = t_max_rel_err(lr.theta, ref, none.nparams);
+    print_message("  correction lr vs DiLoCo: rel diff %.3e (expected large)\n", e_lr);
+    assert_err_below("correction (steps) vs DiLoCo, 4 rounds", e_steps, 1e-5);
+    assert_true(e_lr > 1e-3);
+    free(ref);
+    al_sim_result_free(&none);
+    al_sim_result_free(&steps);
+    al_sim_result_free(&lr);
+    al_policy_free(p);
+}
+
+static void test_nan_site_left_out(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    opts_for(&o, &p, "fixed", 3, 20, 5);
+    o.nan_site = 1;
+    o.nan_round = 1;
+    char path[512];
+    snprintf(path, sizeof path, "%s/nan.jsonl", g_tmp);
+    o.jsonl = fopen(path, "w");
+    al_sim_result r;
+    run_ok(&o, &r);
+    fclose(o.jsonl);
+    assert_int_equal(r.dropped, 1);
+    assert_int_equal(r.syncs, 4);
+    assert_true(isfinite(r.final_eval_loss));
+    assert_int_equal(al_find_nonfinite(r.theta, r.nparams), r.nparams);
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    for (int round = 0; fgets(line, sizeof line, f); round++) {
+        json_t *j = json_loads(line, 0, NULL);
+        json_t *refused = json_object_get(j, "refused");
+        assert_int_equal(json_integer_value(json_object_get(j, "live")), round == 1 ? 2 : 3);
+        assert_int_equal(json_array_size(refused), round == 1 ? 1 : 0);
+        if (round == 1) {
+            json_t *e = json_array_get(refused, 0);
+            assert_int_equal(json_integer_value(json_object_get(e, "site")), 1);
+            const char *why = json_string_value(json_object_get(e, "why"));
+            print_message("  round 1, site 1 refused: %s\n", why);
+            assert_non_null(strstr(why, "non-finite"));
+        }
+        json_decref(j);
+    }
+    fclose(f);
+    al_sim_result_free(&r);
+    al_policy_free(p);
+
+    /* one site, and it is refused: the round fails with a clear error */
+    opts_for(&o, &p, "fixed", 1, 20, 5);
+    o.nan_site = 0;
+    o.nan_round = 0;
+    al_err err = {0};
+    assert_int_equal(al_sim_run(&o, &g_train, &g_val, &r, &err), AL_ENUMERIC);
+    print_message("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "every site"));
+    al_policy_free(p);
+}
+
+/* DDP with one site is one trainer fed by site 0's loader. */
+static void test_ddp_one_site_is_training(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    opts_for(&o, &p, "fixed", 1, 12, 4);
+    o.ddp = true;
+    al_sim_result r;
+    run_ok(&o, &r);
+    assert_int_equal(r.syncs, 12);
+    al_err err = {0};
+    al_trainer tr;
+    assert_int_equal(al_trainer_init(&tr, &o.model, &o.train, &g_train, NULL, &err), 0);
+    al_loader_free(&tr.train);
+    assert_int_equal(al_loader_init(&tr.train, &g_train, o.train.packing, 1,
+                                    al_sim_site_seed(o.train.seed, 0), &err),
+                     0);
+    for (int k = 0; k < 12; k++) {
+        al_step_stats st;
+        assert_int_equal(al_trainer_step(&tr, &st, &err), 0);
+    }
+    assert_memory_equal(r.theta, tr.model.params, r.nparams * sizeof(float));
+    al_trainer_free(&tr);
+    al_sim_result_free(&r);
+    al_policy_free(p);
+}
+
+/* Codec stand-ins: bytes priced by bits per value, the round trip bounded. */
+static void test_codec_bytes(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    al_sim_result a, b;
+    opts_for(&o, &p, "fixed", 4, 10, 5);
+    run_ok(&o, &a);
+    al_err err = {0};
+    assert_int_equal(al_sim_codec_builtin(&o.codec, "int8", &err), 0);
+    run_ok(&o, &b);
+    assert_int_equal(a.syncs, 2);
+    /* 2 rounds × 4 sites × 2·(3/4)·P·bits/8 */
+    double want = 2.0 * 4 * ceil(1.5 * (double)a.nparams * 32 / 8);
+    assert_true(a.bytes == want);
+    assert_true(fabs(b.bytes / a.bytes - 8.25 / 32) < 1e-4);
+    assert_string_not_equal(a.hash, b.hash); /* the quantisation error reached θ */
+    assert_int_equal(al_sim_codec_builtin(&o.codec, "int3", &err), AL_ENOTFOUND);
+    float x[300], y[300];
+    al_rng r;
+    al_rng_seed(&r, 1);
+    t_fill(&r, x, 300, 1.0);
+    const char *names[] = {"bf16", "int8", "int4"};
+    const double tol[] = {1.0 / 256, 0.5 / 127, 0.5 / 7}; /* of each block's absmax */
+    for (int c = 0; c < 3; c++) {
+        al_sim_codec k;
+        assert_int_equal(al_sim_codec_builtin(&k, names[c], &err), 0);
+        memcpy(y, x, sizeof x);
+        assert_int_equal(k.roundtrip(k.ctx, y, 300, &err), 0);
+        double e = 0;
+        for (int i = 0; i < 300; i++) e = fmax(e, fabs((double)y[i] - x[i]));
+        print_message("  %s round trip: max abs err %.3e (bound %.3e)\n", names[c], e, tol[c]);
+        assert_true(e <= tol[c] * 1.0001);
+    }
+    al_sim_result_free(&a);
+    al_sim_result_free(&b);
+    al_policy_free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_hash_each_round),
+        cmocka_unit_test(test_fixed_none_is_diloco),
+        cmocka_unit_test(test_progress_steps_fixed_is_diloco),
+        cmocka_unit_test(test_nan_site_left_out),
+        cmocka_unit_test(test_ddp_one_site_is_training),
+        cmocka_unit_test(test_codec_bytes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

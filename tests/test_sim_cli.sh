@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# test_sim_cli.sh AUTOLOCO -- `autoloco sim` on the command line: bad input ends
+# with exit status 1 and one "autoloco: error:" line naming the problem; a
+# short real run prints, last, one JSON line with syncs, bytes,
+# final_eval_loss and h_history.
+set -u
+bin=${1:?usage: test_sim_cli.sh path/to/autoloco}
+tmp=$(mktemp -d /tmp/al-test-sim-cli.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+expect() { # expect PATTERN ARGS...: exit 1, one error line matching PATTERN
+    local pat=$1
+    shift
+    local err rc
+    err=$("$bin" sim "$@" 2>&1 >/dev/null)
+    rc=$?
+    if [[ $rc -ne 1 || $(printf '%s\n' "$err" | grep -c .) -ne 1 ]] ||
+        ! grep -qE -- "^autoloco: error: .*$pat" <<<"$err"; then
+        echo "FAIL: sim $* -> exit $rc: $err"
+        fail=$((fail + 1))
+    else
+        echo "ok: sim $* -> $err"
+        pass=$((pass + 1))
+    fi
+}
+
+mkdir -p "$tmp/in"
+for i in $(seq 1 300); do
+    printf 'fortune %d: the quick brown fox jumps over %d lazy dogs\n%%\n' "$i" $((i * 3))
+done >"$tmp/in/fort"
+"$bin" data prep --format fortune -o "$tmp/data" "$tmp/in" >/dev/null || exit 1
+d=(--set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin")
+
+printf '[sim]\nsites = 0\n' >"$tmp/a.ini"
+expect "a.ini:2: \[sim\] sites: 0 is out of range" -c "$tmp/a.ini"
+printf '[policy]\nname = fixed\n\n; the interval\nh = soon\n' >"$tmp/b.ini"
+expect "b.ini:5: \[policy\] h: .*'soon' is not a finite number" -c "$tmp/b.ini"
+printf '[outer]\ncorrection = maybe\n' >"$tmp/c.ini"
+expect "c.ini:2: .*correction.*'maybe'" -c "$tmp/c.ini"
+printf '[wan]\nlatency = 3\n' >"$tmp/d.ini"
+expect "d.ini:2: \[wan\] latency: unknown key" -c "$tmp/d.ini"
+expect "unknown policy 'nope'" --policy nope
+expect "unknown key 'h'" --policy autoloco --h 5
+expect "unknown codec 'int3'" --codec int3
+expect "progress: 'time' is not lr or steps" --set sim.progress=time
+expect "missing.bin: cannot open" --set data.train="$tmp/missing.bin"
+expect "unexpected argument 'extra'" "${d[@]}" extra
+
+out=$("$bin" sim "${d[@]}" --steps 40 --set policy.h_base=8 --sites 3 --json --jsonl "$tmp/r.jsonl")
+last=$(tail -n 1 <<<"$out")
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert all(k in d for k in ("syncs","bytes","final_eval_loss","h_history","projected_s")); assert d["syncs"]==len(d["h_history"])' "$last" &&
+    [[ $(wc -l <"$tmp/r.jsonl") -eq $(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["syncs"])' "$last") ]]; then
+    echo "ok: sim --json: $(head -c 120 <<<"$last")..."
+    pass=$((pass + 1))
+else
+    echo "FAIL: sim --json: $out"
+    fail=$((fail + 1))
+fi
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]
