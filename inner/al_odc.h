@@ -55,8 +55,7 @@ const char *al_mode_name(al_engine_mode m);
  * replayed in the parent after a run to keep its copy of ctx in step), in
  * step order: it must return the same pieces everywhere. The array stays
  * owned by the source and valid until the next call. */
-typedef int (*al_odc_source_fn)(void *ctx, long step, const al_piece **pieces, int *n,
-                                al_err *err);
+typedef int (*al_odc_source_fn)(void *ctx, long step, const al_piece **pieces, int *n, al_err *err);
 
 typedef struct al_odc_step_stats {
     long step; /* 1-based, after the update */
@@ -74,13 +73,13 @@ typedef void (*al_odc_step_fn)(void *ctx, const al_odc_step_stats *st);
 
 typedef struct al_odc_opts {
     al_engine_mode mode;
-    int workers;          /* W */
-    int threads;          /* per worker (OpenMP + OpenBLAS) */
-    al_balance_opts bal;  /* plan method, token budget per microbatch row, cost model */
-    al_train_opts train;  /* schedule, AdamW, clipping, init seed (batch/seq/accum unused) */
-    const char *site;     /* names the segment */
+    int workers;         /* W */
+    int threads;         /* per worker (OpenMP + OpenBLAS) */
+    al_balance_opts bal; /* plan method, token budget per microbatch row, cost model */
+    al_train_opts train; /* schedule, AdamW, clipping, init seed (batch/seq/accum unused) */
+    const char *site;    /* names the segment */
     double barrier_timeout_s;
-    int record_steps;     /* how many recent steps' stats are kept (<= 0: 64) */
+    int record_steps; /* how many recent steps' stats are kept (<= 0: 64) */
     /* fault injection for tests: worker fault_worker kills itself with SIGKILL
      * in the middle of step fault_step (1-based; 0 = off) */
     int fault_worker;
@@ -101,16 +100,16 @@ typedef struct al_odc {
     long run_until; /* the step the current run stops at */
     /* in the segment (global layout, P floats each; owners touch their slices) */
     float *params, *grad, *m, *v;
-    float *slots;                 /* [W][P]: client c's pushes */
-    al_odc_step_stats *rec;       /* [record_steps] ring, by step */
-    double *peak_gathered;        /* [W] bytes */
-    double *pool_bytes;           /* [W] bytes of the gather buffers */
+    float *slots;           /* [W][P]: client c's pushes */
+    al_odc_step_stats *rec; /* [record_steps] ring, by step */
+    double *peak_gathered;  /* [W] bytes */
+    double *pool_bytes;     /* [W] bytes of the gather buffers */
 } al_odc;
 
 /* Create the segment and initialise parameters exactly as al_trainer_init
  * does (same seed, same values). data must outlive the engine. */
-int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o,
-                const al_tokens *data, al_odc_source_fn src, void *src_ctx, al_err *err);
+int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, const al_tokens *data,
+                al_odc_source_fn src, void *src_ctx, al_err *err);
 void al_odc_free(al_odc *e);
 /* Run `steps` optimizer steps in W forked workers. On failure (a worker died,
  * a barrier timed out, a non-finite loss) the message names the worker. */

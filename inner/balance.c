@@ -136,8 +136,10 @@ int al_partition_kk(const double *cost, int n, int W, int *owner, al_err *err) {
             tmp_s[j] = a->sum[j] + b->sum[bj];
             int h = a->head[j], t = a->tail[j];
             if (b->head[bj] >= 0) {
-                if (h < 0) h = b->head[bj];
-                else next[t] = b->head[bj];
+                if (h < 0)
+                    h = b->head[bj];
+                else
+                    next[t] = b->head[bj];
                 t = b->tail[bj];
             }
             tmp_i[j] = h;
@@ -182,8 +184,8 @@ int al_pack_ffd(const int *len, const int *items, int n, int budget, int *bin, a
     for (int i = 0; order && i < n; i++) {
         int k = order[i].idx, l = len[items[k]];
         if (l > budget || l < 1) {
-            rc = al_errf(err, AL_EINVAL, "packing: a piece of %d tokens does not fit a budget of %d",
-                         l, budget);
+            rc = al_errf(err, AL_EINVAL,
+                         "packing: a piece of %d tokens does not fit a budget of %d", l, budget);
             break;
         }
         int b = 0;
@@ -222,8 +224,8 @@ static int plan_alloc(al_plan *p, int n, int W, al_err *err) {
 }
 
 /* Pack `items` (one worker's pieces) and append its microbatches to the plan. */
-static int append_worker(al_plan *p, const int *len, int *items, int n, int budget, double c,
-                         int w, int *bin, int *ni, al_err *err) {
+static int append_worker(al_plan *p, const int *len, int *items, int n, int budget, double c, int w,
+                         int *bin, int *ni, al_err *err) {
     int nb = al_pack_ffd(len, items, n, budget, bin, err);
     if (nb < 0) return nb;
     p->mb_first[w] = p->nmb;
@@ -245,8 +247,8 @@ static int append_worker(al_plan *p, const int *len, int *items, int n, int budg
 }
 
 /* micro: pack everything, then deal microbatches with a count limit. */
-static int plan_micro(al_plan *p, const int *len, int n, int W, const al_balance_opts *o,
-                      int *bin, al_err *err) {
+static int plan_micro(al_plan *p, const int *len, int n, int W, const al_balance_opts *o, int *bin,
+                      al_err *err) {
     int *all = malloc((size_t)(n ? n : 1) * sizeof(int));
     if (!all) return al_errf(err, AL_ENOMEM, "plan: out of memory");
     for (int i = 0; i < n; i++) all[i] = i;
@@ -254,7 +256,8 @@ static int plan_micro(al_plan *p, const int *len, int n, int W, const al_balance
     free(all);
     if (nb < 0) return nb;
     double *cost = calloc((size_t)(nb ? nb : 1), sizeof(double));
-    int *count = calloc((size_t)W, sizeof(int)), *mb_owner = calloc((size_t)(nb ? nb : 1), sizeof(int));
+    int *count = calloc((size_t)W, sizeof(int)),
+        *mb_owner = calloc((size_t)(nb ? nb : 1), sizeof(int));
     int *tok = calloc((size_t)(nb ? nb : 1), sizeof(int));
     keyed *order = NULL;
     int rc = 0;

@@ -181,7 +181,8 @@ static int model_init(al_model *m, const al_model_config *cfg, int B, int T, int
     size_t per_layer = 16 * N * C + 4 * N + N * NH;
     size_t total = N * C + L * per_layer + N * C + 2 * N + N * (size_t)cfg->Vp + N + 10 * N * C;
     m->acts_mem = malloc(total * sizeof(float));
-    if ((with_params && (!m->params || !m->grads)) || !m->p_layer || !m->g_layer || !m->layer || !m->acts_mem) {
+    if ((with_params && (!m->params || !m->grads)) || !m->p_layer || !m->g_layer || !m->layer ||
+        !m->acts_mem) {
         al_model_free(m);
         return al_errf(err, AL_ENOMEM,
                        "model '%s' (%zu params, %zu activation floats): out of memory", cfg->preset,

@@ -31,8 +31,8 @@ static size_t align16(size_t n) {
     return (n + 15) / 16 * 16;
 }
 
-int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o,
-                const al_tokens *data, al_odc_source_fn src, void *src_ctx, al_err *err) {
+int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, const al_tokens *data,
+                al_odc_source_fn src, void *src_ctx, al_err *err) {
     memset(e, 0, sizeof *e);
     e->cfg = *cfg;
     e->o = *o;
@@ -42,8 +42,9 @@ int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o,
     if (e->o.record_steps <= 0) e->o.record_steps = 64;
     if (e->o.threads < 1) e->o.threads = 1;
     if (o->bal.budget < 1 || o->bal.budget > cfg->T)
-        return al_errf(err, AL_EINVAL, "token budget %d per microbatch: must be 1..%d (the context)",
-                       o->bal.budget, cfg->T);
+        return al_errf(err, AL_EINVAL,
+                       "token budget %d per microbatch: must be 1..%d (the context)", o->bal.budget,
+                       cfg->T);
     int rc = al_layout_init(&e->lay, cfg, err);
     if (rc) return rc;
     size_t P = align16(e->lay.nparams), W = (size_t)o->workers;
@@ -200,7 +201,8 @@ static double reduce_my_slices(worker *k) {
     double ss = 0;
     for (int u = 0; u < e->lay.nunits; u++) {
         size_t n = unit_len(e, u), off = e->lay.unit_off[u];
-        size_t lo = off + al_shm_slice_lo(n, k->W, k->w), hi = off + al_shm_slice_lo(n, k->W, k->w + 1);
+        size_t lo = off + al_shm_slice_lo(n, k->W, k->w),
+               hi = off + al_shm_slice_lo(n, k->W, k->w + 1);
         float *g = e->grad + lo;
         memset(g, 0, (hi - lo) * sizeof(float));
         for (int c = 0; c < k->W; c++) {
@@ -220,7 +222,8 @@ static void update_my_slices(worker *k, double clip_scale, double lr, int t) {
     for (int i = 0; i < e->lay.ntensors; i++) {
         const al_tensor_info *ti = &e->lay.tensors[i];
         size_t n = unit_len(e, ti->unit), off = e->lay.unit_off[ti->unit];
-        size_t lo = off + al_shm_slice_lo(n, k->W, k->w), hi = off + al_shm_slice_lo(n, k->W, k->w + 1);
+        size_t lo = off + al_shm_slice_lo(n, k->W, k->w),
+               hi = off + al_shm_slice_lo(n, k->W, k->w + 1);
         size_t a = AL_MAX(lo, ti->offset), b = AL_MIN(hi, ti->offset + ti->numel);
         if (a >= b) continue;
         if (clip_scale != 1.0) al_scale(e->grad + a, b - a, (float)clip_scale);

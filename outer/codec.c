@@ -96,10 +96,14 @@ uint64_t al_xxh64(const void *data, size_t len, uint64_t seed) {
 
 const char *al_codec_name(al_codec_kind kind) {
     switch (kind) {
-    case AL_CODEC_FP32: return "fp32";
-    case AL_CODEC_BF16: return "bf16";
-    case AL_CODEC_INT8: return "int8";
-    case AL_CODEC_INT4: return "int4";
+    case AL_CODEC_FP32:
+        return "fp32";
+    case AL_CODEC_BF16:
+        return "bf16";
+    case AL_CODEC_INT8:
+        return "int8";
+    case AL_CODEC_INT4:
+        return "int4";
     }
     return "?";
 }
@@ -141,10 +145,14 @@ int al_codec_check(const al_codec_cfg *cfg, al_err *err) {
 
 static uint64_t raw_len_of(al_codec_kind kind, uint32_t block, uint64_t n) {
     switch (kind) {
-    case AL_CODEC_FP32: return 4 * n;
-    case AL_CODEC_BF16: return 2 * n;
-    case AL_CODEC_INT8: return 4 * ((n + block - 1) / block) + n;
-    case AL_CODEC_INT4: return 4 * ((n + block - 1) / block) + (n + 1) / 2;
+    case AL_CODEC_FP32:
+        return 4 * n;
+    case AL_CODEC_BF16:
+        return 2 * n;
+    case AL_CODEC_INT8:
+        return 4 * ((n + block - 1) / block) + n;
+    case AL_CODEC_INT4:
+        return 4 * ((n + block - 1) / block) + (n + 1) / 2;
     }
     return 0;
 }
@@ -212,7 +220,8 @@ static void quantise(const al_codec_cfg *cfg, const float *x, uint64_t n, uint8_
         while (!isfinite(s * (float)qmax)) s = nextafterf(s, 0.0f);
         memcpy(scales + 4 * b, &s, 4);
         if (cfg->kind == AL_CODEC_INT8) {
-            for (uint64_t i = 0; i < len; i++) q[lo + i] = (uint8_t)(int8_t)round_q(x[lo + i] * inv, qmax);
+            for (uint64_t i = 0; i < len; i++)
+                q[lo + i] = (uint8_t)(int8_t)round_q(x[lo + i] * inv, qmax);
         } else {
             /* blocks are even-sized, so a block never shares a byte with the next */
             for (uint64_t i = 0; i < len; i += 2) {
@@ -317,7 +326,8 @@ int al_codec_peek(const uint8_t *buf, size_t len, al_codec_info *info, al_err *e
         return al_errf(err, AL_EFORMAT, "codec header: n = %llu is too large",
                        (unsigned long long)info->n);
     if (info->raw_len != raw_len_of(info->kind, info->block, info->n))
-        return al_errf(err, AL_EFORMAT, "codec header: raw length %llu, %s of %llu values needs %llu",
+        return al_errf(err, AL_EFORMAT,
+                       "codec header: raw length %llu, %s of %llu values needs %llu",
                        (unsigned long long)info->raw_len, al_codec_name(info->kind),
                        (unsigned long long)info->n,
                        (unsigned long long)raw_len_of(info->kind, info->block, info->n));
@@ -336,8 +346,8 @@ int al_codec_encode(const al_codec_cfg *cfg, const float *x, uint64_t n, uint8_t
                     size_t *out_len, al_err *err) {
     int rc = al_codec_check(cfg, err);
     if (rc) return rc;
-    if (n > CODEC_MAX_N) return al_errf(err, AL_EINVAL, "codec encode: n = %llu too large",
-                                        (unsigned long long)n);
+    if (n > CODEC_MAX_N)
+        return al_errf(err, AL_EINVAL, "codec encode: n = %llu too large", (unsigned long long)n);
     if (cap < al_codec_max_encoded(cfg, n))
         return al_errf(err, AL_EINVAL, "codec encode: buffer of %zu bytes, need up to %zu", cap,
                        al_codec_max_encoded(cfg, n));
@@ -355,8 +365,9 @@ int al_codec_encode(const al_codec_cfg *cfg, const float *x, uint64_t n, uint8_t
         const void *src = x;
         if (cfg->kind != AL_CODEC_FP32) {
             raw = malloc(raw_len ? raw_len : 1);
-            if (!raw) return al_errf(err, AL_ENOMEM, "codec encode: %llu bytes",
-                                     (unsigned long long)raw_len);
+            if (!raw)
+                return al_errf(err, AL_ENOMEM, "codec encode: %llu bytes",
+                               (unsigned long long)raw_len);
             quantise(cfg, x, n, raw);
             src = raw;
         }
@@ -396,12 +407,13 @@ int al_codec_decode(const uint8_t *buf, size_t len, float *x, uint64_t n, al_err
 
     unsigned long long fcs = ZSTD_getFrameContentSize(body, h.body_len);
     if (fcs != h.raw_len)
-        return al_errf(err, AL_EINTEGRITY, "codec decode: zstd frame declares %lld bytes, need %llu",
-                       (long long)fcs, (unsigned long long)h.raw_len);
+        return al_errf(err, AL_EINTEGRITY,
+                       "codec decode: zstd frame declares %lld bytes, need %llu", (long long)fcs,
+                       (unsigned long long)h.raw_len);
     /* fp32 inflates straight into x: no second copy of the vector */
     uint8_t *raw = h.kind == AL_CODEC_FP32 ? (uint8_t *)x : malloc(h.raw_len ? h.raw_len : 1);
-    if (!raw) return al_errf(err, AL_ENOMEM, "codec decode: %llu bytes",
-                             (unsigned long long)h.raw_len);
+    if (!raw)
+        return al_errf(err, AL_ENOMEM, "codec decode: %llu bytes", (unsigned long long)h.raw_len);
     size_t z = ZSTD_decompress(raw, h.raw_len, body, h.body_len);
     if (ZSTD_isError(z) || z != h.raw_len) {
         rc = al_errf(err, AL_EINTEGRITY, "codec decode: zstd: %s",
@@ -419,10 +431,14 @@ double al_codec_error_bound(const al_codec_cfg *cfg, const float *x, uint64_t n)
     /* a few fp32 ulps of A cover the rounding of x * (q/A) and of q * s */
     double slack = 4.0 * FLT_EPSILON * amax;
     switch (cfg->kind) {
-    case AL_CODEC_FP32: return 0.0;
-    case AL_CODEC_BF16: return amax / 256.0 + 0x1p-134;
-    case AL_CODEC_INT8: return amax / 254.0 + slack;
-    case AL_CODEC_INT4: return amax / 14.0 + slack;
+    case AL_CODEC_FP32:
+        return 0.0;
+    case AL_CODEC_BF16:
+        return amax / 256.0 + 0x1p-134;
+    case AL_CODEC_INT8:
+        return amax / 254.0 + slack;
+    case AL_CODEC_INT4:
+        return amax / 14.0 + slack;
     }
     return INFINITY;
 }

@@ -187,7 +187,7 @@ static void test_workloads(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lpt_known),   cmocka_unit_test(test_plans_random),
+        cmocka_unit_test(test_lpt_known),       cmocka_unit_test(test_plans_random),
         cmocka_unit_test(test_lpt_ratio_large), cmocka_unit_test(test_pack_errors),
         cmocka_unit_test(test_workloads),
     };

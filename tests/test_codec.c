@@ -179,7 +179,7 @@ static void test_decode_rejects(void **state) {
     FRESH();
     b[8] = 7; /* odd block */
     assert_int_equal(decode_code(b, len, N), AL_EFORMAT);
-    assert_int_equal(decode_code(good, len - 1, N), AL_EFORMAT); /* truncated body */
+    assert_int_equal(decode_code(good, len - 1, N), AL_EFORMAT);   /* truncated body */
     assert_int_equal(decode_code(good, len, N + 1), AL_EMISMATCH); /* wrong size */
     FRESH();
     uint64_t bign = UINT64_C(1) << 41;

@@ -26,10 +26,10 @@
 
 #include "al_odc.h"
 
-#define STEPS 5
-#define PIECES 12 /* documents per minibatch */
+#define STEPS     5
+#define PIECES    12   /* documents per minibatch */
 #define TOL_PARAM 5e-5 /* observed <= 4.2e-6 */
-#define TOL_LOSS 1e-6 /* observed <= 1.3e-8 */
+#define TOL_LOSS  1e-6 /* observed <= 1.3e-8 */
 
 typedef struct fixture {
     char tmp[256];

@@ -161,9 +161,10 @@ static void test_qsr(void **state) {
  * 11  2.5  0     shrink, clipped to h_min                10            10  0.02001953125
  * 12  2.4  1     grow                                    12.5          13  0.510009765625
  * 13  2.3  M = 1: grow                                   15.625        16  (unchanged) */
-static const char *const exact_auto[] = {
-    "h_base", "40",   "grow", "1.25", "shrink", "0.75",  "ema",       "0.5",   "warmup", "1",
-    "c_min",  "0.25", "drop", "0.25", "spike",  "0.125", "normalize", "false", "floor", "0", NULL};
+static const char *const exact_auto[] = {"h_base", "40",   "grow",   "1.25",  "shrink",    "0.75",
+                                         "ema",    "0.5",  "warmup", "1",     "c_min",     "0.25",
+                                         "drop",   "0.25", "spike",  "0.125", "normalize", "false",
+                                         "floor",  "0",    NULL};
 static const double a_loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.6, 3.0,
                                 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3};
 static const double a_rho[] = {0.625, 0.625, 0.625, 0.4375, 0.4375, 0.4375, 1,
@@ -389,11 +390,17 @@ static void test_settings(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry),          cmocka_unit_test(test_fixed),
-        cmocka_unit_test(test_adacomm),           cmocka_unit_test(test_qsr),
-        cmocka_unit_test(test_autoloco_hand),     cmocka_unit_test(test_autoloco_normalized),
-        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_autoloco_floor), cmocka_unit_test(test_deterministic_and_resume),
-        cmocka_unit_test(test_refuses_nonfinite), cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_fixed),
+        cmocka_unit_test(test_adacomm),
+        cmocka_unit_test(test_qsr),
+        cmocka_unit_test(test_autoloco_hand),
+        cmocka_unit_test(test_autoloco_normalized),
+        cmocka_unit_test(test_autoloco_lr_power),
+        cmocka_unit_test(test_autoloco_floor),
+        cmocka_unit_test(test_deterministic_and_resume),
+        cmocka_unit_test(test_refuses_nonfinite),
+        cmocka_unit_test(test_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

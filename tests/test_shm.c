@@ -136,10 +136,8 @@ static void test_liveness(void **state) {
         int code;
         const char *says;
     } cases[] = {
-        {KILLED, AL_EPEER, "signal 9"},
-        {ABORTS, AL_EPEER, "signal 6"},
-        {RETURNS_ERROR, AL_EIO, "disk on fire"},
-        {STALLS, AL_ETIMEOUT, "waiting for worker(s) 2"},
+        {KILLED, AL_EPEER, "signal 9"},          {ABORTS, AL_EPEER, "signal 6"},
+        {RETURNS_ERROR, AL_EIO, "disk on fire"}, {STALLS, AL_ETIMEOUT, "waiting for worker(s) 2"},
         {KILLED_WAITING, AL_EPEER, "signal 9"},
     };
     for (size_t i = 0; i < AL_ARRAY_LEN(cases); i++) {

@@ -57,9 +57,15 @@ int main(int argc, char **argv) {
         peers[np++] = t;
     al_log log;
     al_log_init(&log, AL_LOG_WARN, stderr);
-    al_server_cfg cfg = {.listen = "127.0.0.1:0", .site = argv[2], .run_id = argv[4],
-                         .peers = peers, .npeers = np, .tls = {ca, cert, key}, .threads = 3,
-                         .max_message = argc > 5 ? (size_t)atol(argv[5]) : 0, .num_shards = 4,
+    al_server_cfg cfg = {.listen = "127.0.0.1:0",
+                         .site = argv[2],
+                         .run_id = argv[4],
+                         .peers = peers,
+                         .npeers = np,
+                         .tls = {ca, cert, key},
+                         .threads = 3,
+                         .max_message = argc > 5 ? (size_t)atol(argv[5]) : 0,
+                         .num_shards = 4,
                          .max_shard_bytes = 256u << 20,
                          .hooks = {.shard_open = open_shard, .shard_done = done_shard},
                          .log = &log};

@@ -40,8 +40,12 @@ static const char *P(const char *name) {
 
 static void push_through(uint64_t n, al_wanem_cfg *wc, int expect_cut) {
     const char *peers[] = {"b"};
-    al_server_cfg cfg = {.site = "a", .run_id = "r", .peers = peers, .npeers = 1,
-                         .tls = {P("ca.pem"), P("a.pem"), P("a.key")}, .threads = 2,
+    al_server_cfg cfg = {.site = "a",
+                         .run_id = "r",
+                         .peers = peers,
+                         .npeers = 1,
+                         .tls = {P("ca.pem"), P("a.pem"), P("a.key")},
+                         .threads = 2,
                          .max_shard_bytes = n,
                          .hooks = {.shard_open = open_shard, .shard_done = done_shard}};
     al_server *s;
@@ -63,13 +67,21 @@ static void push_through(uint64_t n, al_wanem_cfg *wc, int expect_cut) {
     }
     al_log log;
     al_log_init(&log, AL_LOG_INFO, stderr);
-    al_client_cfg cc = {.target = via, .site = "b", .peer = "a",
-                        .tls = {P("ca.pem"), P("b.pem"), P("b.key")}, .max_attempts = 10,
-                        .backoff_s = 0.2, .backoff_max_s = 1, .log = &log};
+    al_client_cfg cc = {.target = via,
+                        .site = "b",
+                        .peer = "a",
+                        .tls = {P("ca.pem"), P("b.pem"), P("b.key")},
+                        .max_attempts = 10,
+                        .backoff_s = 0.2,
+                        .backoff_max_s = 1,
+                        .log = &log};
     al_client *c;
     if (al_client_new(&cc, &c, &err)) fail_msg("%s", err.msg);
-    al_shard_meta m = {.phase = AL_PHASE_REDUCE, .num_shards = 1, .total_bytes = n,
-                       .codec = AL_CODEC_FP32, .shard_checksum = al_xxh64(data, n, 0)};
+    al_shard_meta m = {.phase = AL_PHASE_REDUCE,
+                       .num_shards = 1,
+                       .total_bytes = n,
+                       .codec = AL_CODEC_FP32,
+                       .shard_checksum = al_xxh64(data, n, 0)};
     snprintf(m.site, sizeof m.site, "b");
     completed = 0;
     if (al_client_push_shard(c, &m, data, &err)) fail_msg("%s", err.msg);
@@ -78,8 +90,9 @@ static void push_through(uint64_t n, al_wanem_cfg *wc, int expect_cut) {
     al_wanem_stats st;
     al_wanem_stats_get(w, &st);
     print_message("    %llu bytes: client sent %llu, wanem %llu up in %d connection(s), %d cut(s), "
-                  "%d refused\n", (unsigned long long)n, (unsigned long long)tx,
-                  (unsigned long long)st.up, st.connections, st.cuts, st.refused);
+                  "%d refused\n",
+                  (unsigned long long)n, (unsigned long long)tx, (unsigned long long)st.up,
+                  st.connections, st.cuts, st.refused);
     assert_int_equal(completed, 1);
     assert_true(al_xxh64(received, n, 0) == al_xxh64(data, n, 0)); /* nothing lost or doubled */
     assert_memory_equal(received, data, n);
@@ -106,8 +119,8 @@ static void test_cut_and_resume_256mib(void **state) {
 
 static void test_latency_and_jitter(void **state) {
     (void)state;
-    al_wanem_cfg wc = {.listen = "127.0.0.1:0", .delay_ms = 20, .jitter_ms = 10,
-                       .rate_mbit = 400, .seed = 3};
+    al_wanem_cfg wc = {
+        .listen = "127.0.0.1:0", .delay_ms = 20, .jitter_ms = 10, .rate_mbit = 400, .seed = 3};
     push_through(8u << 20, &wc, 0);
 }
 

@@ -215,15 +215,16 @@ static void test_unpack(void **state) {
     (void)state;
     ProtobufCMessage *m = NULL;
     const uint8_t junk[] = {0x0a, 0x05, 'a'}; /* a string field longer than the buffer */
-    EXPECT(wire_unpack(&autoloco__v1__handshake__descriptor, junk, sizeof junk, &m, why, sizeof why),
-           AL_ST_INVALID_ARGUMENT, "malformed Handshake");
+    EXPECT(
+        wire_unpack(&autoloco__v1__handshake__descriptor, junk, sizeof junk, &m, why, sizeof why),
+        AL_ST_INVALID_ARGUMENT, "malformed Handshake");
     assert_null(m);
     Autoloco__V1__ShardChunk ch = good_chunk();
     size_t n = protobuf_c_message_get_packed_size(&ch.base);
     uint8_t *buf = malloc(n);
     protobuf_c_message_pack(&ch.base, buf);
-    EXPECT(wire_unpack(&autoloco__v1__shard_chunk__descriptor, buf, n, &m, why, sizeof why), AL_ST_OK,
-           "");
+    EXPECT(wire_unpack(&autoloco__v1__shard_chunk__descriptor, buf, n, &m, why, sizeof why),
+           AL_ST_OK, "");
     Autoloco__V1__ShardChunk *back = (Autoloco__V1__ShardChunk *)m;
     assert_int_equal(back->offset, 1000);
     assert_memory_equal(back->payload.data, payload, sizeof payload);

@@ -22,8 +22,10 @@ int al_cmd_certs(int argc, char **argv, al_err *err) {
             return 0;
         }
         if (i + 1 >= argc) break;
-        if (!strcmp(argv[i], "--dir")) dir = argv[++i];
-        else if (!strcmp(argv[i], "--sites")) sites = argv[++i];
+        if (!strcmp(argv[i], "--dir"))
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--sites"))
+            sites = argv[++i];
         else if (!strcmp(argv[i], "--days")) {
             int rc = al_cli_int("--days", argv[++i], 1, 36500, &days, err);
             if (rc) return rc;

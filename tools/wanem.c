@@ -28,13 +28,13 @@ typedef struct piece {
 typedef struct dir_q { /* one direction of one connection */
     piece *head, *tail;
     size_t bytes;
-    int eof; /* the source closed its side */
+    int eof;  /* the source closed its side */
     int shut; /* we passed the close on */
     double last_release;
 } dir_q;
 
 typedef struct conn {
-    int fd[2]; /* 0: the client side, 1: the server side; -1 when free */
+    int fd[2];  /* 0: the client side, 1: the server side; -1 when free */
     dir_q q[2]; /* q[0]: client -> server */
 } conn;
 
@@ -132,8 +132,7 @@ static void accept_one(al_wanem *w) {
         if (w->conns[i].fd[0] < 0) c = &w->conns[i];
     struct sockaddr_in a;
     int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (!c || up < 0 || parse_addr(w->target, &a) ||
-        connect(up, (struct sockaddr *)&a, sizeof a)) {
+    if (!c || up < 0 || parse_addr(w->target, &a) || connect(up, (struct sockaddr *)&a, sizeof a)) {
         if (up >= 0) close(up);
         reset_close(fd);
         return;
@@ -171,8 +170,10 @@ static int pump_in(al_wanem *w, conn *c, int k, double now) {
     p->len = (size_t)n;
     p->off = 0;
     p->next = NULL;
-    if (q->tail) q->tail->next = p;
-    else q->head = p;
+    if (q->tail)
+        q->tail->next = p;
+    else
+        q->head = p;
     q->tail = p;
     q->bytes += (size_t)n;
     return 0;
@@ -196,8 +197,10 @@ static int pump_out(al_wanem *w, conn *c, int k, double now) {
         p->off += (size_t)n;
         q->bytes -= (size_t)n;
         pthread_mutex_lock(&w->mu);
-        if (k == 0) w->st.up += (uint64_t)n;
-        else w->st.down += (uint64_t)n;
+        if (k == 0)
+            w->st.up += (uint64_t)n;
+        else
+            w->st.down += (uint64_t)n;
         uint64_t up = w->st.up;
         pthread_mutex_unlock(&w->mu);
         if (p->off == p->len) {
@@ -205,7 +208,8 @@ static int pump_out(al_wanem *w, conn *c, int k, double now) {
             if (!q->head) q->tail = NULL;
             free(p);
         }
-        if (k == 0 && w->cfg.cut_after_bytes && !w->cut_bytes_done && up >= w->cfg.cut_after_bytes) {
+        if (k == 0 && w->cfg.cut_after_bytes && !w->cut_bytes_done &&
+            up >= w->cfg.cut_after_bytes) {
             w->cut_bytes_done = 1;
             return 1; /* the caller cuts everything */
         }
@@ -243,9 +247,12 @@ static void *loop(void *arg) {
                 if (c->q[1 - k].head) {
                     double wait = c->q[1 - k].head->release - now;
                     bucket *b = &w->bk[1 - k];
-                    if (b->rate > 0 && b->tokens < 1) wait = AL_MAX(wait, (1 - b->tokens) / b->rate);
-                    if (wait <= 0) ev |= POLLOUT;
-                    else timeout = AL_MIN(timeout, (int)(wait * 1e3) + 1);
+                    if (b->rate > 0 && b->tokens < 1)
+                        wait = AL_MAX(wait, (1 - b->tokens) / b->rate);
+                    if (wait <= 0)
+                        ev |= POLLOUT;
+                    else
+                        timeout = AL_MIN(timeout, (int)(wait * 1e3) + 1);
                 }
                 pf[np++] = (struct pollfd){.fd = c->fd[k], .events = ev};
             }
@@ -290,7 +297,8 @@ int al_wanem_start(const al_wanem_cfg *cfg, al_wanem **out, al_err *err) {
                        cfg->target ? cfg->target : "");
     if (parse_addr(where, &a))
         return al_errf(err, AL_ECONFIG, "wanem: listen '%s' is not IPv4 host:port", where);
-    if (cfg->rate_mbit < 0 || cfg->delay_ms < 0 || cfg->jitter_ms < 0 || cfg->jitter_ms > cfg->delay_ms)
+    if (cfg->rate_mbit < 0 || cfg->delay_ms < 0 || cfg->jitter_ms < 0 ||
+        cfg->jitter_ms > cfg->delay_ms)
         return al_errf(err, AL_ECONFIG, "wanem: rate, delay must be >= 0 and jitter <= delay");
     al_wanem *w = calloc(1, sizeof *w);
     if (!w) return al_errf(err, AL_ENOMEM, "wanem: out of memory");

@@ -33,14 +33,22 @@ int al_cmd_wanem(int argc, char **argv, al_err *err) {
         const char *f = argv[i], *v = argv[++i];
         long l;
         int rc = 0;
-        if (!strcmp(f, "--listen")) cfg.listen = v;
-        else if (!strcmp(f, "--to")) cfg.target = v;
-        else if (!strcmp(f, "--rate-mbit")) rc = al_cli_double(f, v, &cfg.rate_mbit, err);
-        else if (!strcmp(f, "--delay-ms")) rc = al_cli_double(f, v, &cfg.delay_ms, err);
-        else if (!strcmp(f, "--jitter-ms")) rc = al_cli_double(f, v, &cfg.jitter_ms, err);
-        else if (!strcmp(f, "--cut-at")) rc = al_cli_double(f, v, &cfg.cut_at_s, err);
-        else if (!strcmp(f, "--refuse-for")) rc = al_cli_double(f, v, &cfg.refuse_s, err);
-        else if (!strcmp(f, "--duration")) rc = al_cli_double(f, v, &duration, err);
+        if (!strcmp(f, "--listen"))
+            cfg.listen = v;
+        else if (!strcmp(f, "--to"))
+            cfg.target = v;
+        else if (!strcmp(f, "--rate-mbit"))
+            rc = al_cli_double(f, v, &cfg.rate_mbit, err);
+        else if (!strcmp(f, "--delay-ms"))
+            rc = al_cli_double(f, v, &cfg.delay_ms, err);
+        else if (!strcmp(f, "--jitter-ms"))
+            rc = al_cli_double(f, v, &cfg.jitter_ms, err);
+        else if (!strcmp(f, "--cut-at"))
+            rc = al_cli_double(f, v, &cfg.cut_at_s, err);
+        else if (!strcmp(f, "--refuse-for"))
+            rc = al_cli_double(f, v, &cfg.refuse_s, err);
+        else if (!strcmp(f, "--duration"))
+            rc = al_cli_double(f, v, &duration, err);
         else if (!strcmp(f, "--cut-after-bytes")) {
             rc = al_cli_int(f, v, 0, (long)(~0ul >> 1), &l, err);
             cfg.cut_after_bytes = (uint64_t)l;
@@ -69,8 +77,10 @@ int al_cmd_wanem(int argc, char **argv, al_err *err) {
     fflush(stdout);
     struct timespec ts = {(time_t)duration, (long)((duration - (double)(time_t)duration) * 1e9)};
     int sig;
-    if (duration > 0) sig = sigtimedwait(&set, NULL, &ts);
-    else sigwait(&set, &sig);
+    if (duration > 0)
+        sig = sigtimedwait(&set, NULL, &ts);
+    else
+        sigwait(&set, &sig);
     al_wanem_stats st;
     al_wanem_stats_get(w, &st);
     al_wanem_stop(w);

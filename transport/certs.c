@@ -76,8 +76,9 @@ static X509 *make_cert(const char *cn, EVP_PKEY *key, X509 *issuer, EVP_PKEY *is
     ok = ok && X509_gmtime_adj(X509_getm_notBefore(x), -3600) &&
          X509_gmtime_adj(X509_getm_notAfter(x), (long)days * 86400L) && X509_set_pubkey(x, key);
     X509_NAME *name = X509_get_subject_name(x);
-    ok = ok && X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, (const unsigned char *)"autoloco",
-                                          -1, -1, 0) &&
+    ok = ok &&
+         X509_NAME_add_entry_by_txt(name, "O", MBSTRING_ASC, (const unsigned char *)"autoloco", -1,
+                                    -1, 0) &&
          X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
     X509 *signer = issuer ? issuer : x;
     ok = ok && X509_set_issuer_name(x, X509_get_subject_name(signer));
@@ -113,7 +114,8 @@ static int load_ca(const char *cert_path, const char *key_path, X509 **ca, EVP_P
     if (!f) return al_errf(err, AL_EIO, "certs: %s: %s", key_path, strerror(errno));
     *ca_key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
     fclose(f);
-    if (!*ca || !*ca_key) return al_errf(err, AL_EFORMAT, "certs: cannot parse the CA in %s", cert_path);
+    if (!*ca || !*ca_key)
+        return al_errf(err, AL_EFORMAT, "certs: cannot parse the CA in %s", cert_path);
     return 0;
 }
 
@@ -143,13 +145,16 @@ int al_certs_create(const char *dir, const char *const *sites, size_t nsites, in
         snprintf(cp, sizeof cp, "%s/%s.pem", dir, sites[i]);
         snprintf(kp, sizeof kp, "%s/%s.key", dir, sites[i]);
         if (access(cp, F_OK) == 0 || access(kp, F_OK) == 0) {
-            rc = al_errf(err, AL_EIO, "certs: %s already has a certificate or key for '%s' "
-                         "(refusing to overwrite)", dir, sites[i]);
+            rc = al_errf(err, AL_EIO,
+                         "certs: %s already has a certificate or key for '%s' "
+                         "(refusing to overwrite)",
+                         dir, sites[i]);
             break;
         }
         EVP_PKEY *key = EVP_EC_gen("P-256");
         X509 *x = key ? make_cert(sites[i], key, ca, ca_key, days) : NULL;
-        if (!x) rc = al_errf(err, AL_EIO, "certs: creating the certificate of '%s' failed", sites[i]);
+        if (!x)
+            rc = al_errf(err, AL_EIO, "certs: creating the certificate of '%s' failed", sites[i]);
         if (!rc) rc = write_key(kp, key, err);
         if (!rc) rc = write_cert(cp, x, err);
         X509_free(x);

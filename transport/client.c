@@ -59,7 +59,8 @@ static int call_run(al_client *c, const char *method, double deadline_s, call_io
     grpc_metadata_array_init(&md_trail);
     grpc_status_code status = GRPC_STATUS_UNKNOWN;
     grpc_slice details = grpc_empty_slice();
-    grpc_op st_ops[2] = {{.op = GRPC_OP_RECV_INITIAL_METADATA}, {.op = GRPC_OP_RECV_STATUS_ON_CLIENT}};
+    grpc_op st_ops[2] = {{.op = GRPC_OP_RECV_INITIAL_METADATA},
+                         {.op = GRPC_OP_RECV_STATUS_ON_CLIENT}};
     st_ops[0].data.recv_initial_metadata.recv_initial_metadata = &md_init;
     st_ops[1].data.recv_status_on_client.trailing_metadata = &md_trail;
     st_ops[1].data.recv_status_on_client.status = &status;
@@ -196,7 +197,8 @@ static int unary(al_client *c, const char *method, const ProtobufCMessage *req,
             return 0;
         }
         if (x.rep) protobuf_c_message_free_unpacked(x.rep, NULL);
-        if (!retryable(st) || attempt + 1 >= c->cfg.max_attempts) return fail_status(c, method, err);
+        if (!retryable(st) || attempt + 1 >= c->cfg.max_attempts)
+            return fail_status(c, method, err);
         backoff_sleep(c, attempt, method);
     }
 }
@@ -225,8 +227,8 @@ int al_client_hello(al_client *c, const al_hello *mine, al_hello *theirs, al_err
     return rc;
 }
 
-int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *received,
-                          int *complete, al_err *err) {
+int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *received, int *complete,
+                          al_err *err) {
     Autoloco__V1__ShardQuery q = AUTOLOCO__V1__SHARD_QUERY__INIT;
     q.schema = AL_SCHEMA;
     q.site = c->site;

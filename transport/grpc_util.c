@@ -12,8 +12,9 @@
 
 int tu_read_pem(const char *path, int is_key, char **out, al_err *err) {
     *out = NULL;
-    if (!path || !*path) return al_errf(err, AL_ECONFIG, "tls: a %s path is missing",
-                                        is_key ? "key" : "certificate");
+    if (!path || !*path)
+        return al_errf(err, AL_ECONFIG, "tls: a %s path is missing",
+                       is_key ? "key" : "certificate");
     struct stat st;
     if (stat(path, &st))
         return al_errf(err, AL_EIO, "tls: %s: cannot stat: %s", path, strerror(errno));
@@ -68,7 +69,8 @@ int tu_channel_creds(const al_tls_paths *tls, int insecure, grpc_channel_credent
     /* A client without a certificate is allowed to exist (tests use one to
      * check that the server refuses it); a real site always has both. */
     if (tls->cert || tls->key) {
-        if ((rc = tu_read_pem(tls->cert, 0, &cert, err)) || (rc = tu_read_pem(tls->key, 1, &key, err)))
+        if ((rc = tu_read_pem(tls->cert, 0, &cert, err)) ||
+            (rc = tu_read_pem(tls->key, 1, &key, err)))
             goto done;
     }
     grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
@@ -114,7 +116,8 @@ void tu_args_init(tu_args *t, size_t max_message, const char *peer, int server) 
         t->a[n++] = int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
         if (peer) {
             /* the server's certificate must name the peer we mean to reach */
-            grpc_arg a = {.type = GRPC_ARG_STRING, .key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG};
+            grpc_arg a = {.type = GRPC_ARG_STRING,
+                          .key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG};
             a.value.string = (char *)peer;
             t->a[n++] = a;
         }

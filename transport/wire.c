@@ -10,12 +10,23 @@
 #include "al_codec.h"
 
 const char *al_status_name(int st) {
-    static const char *names[] = {
-        "OK",           "CANCELLED",       "UNKNOWN",        "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS", "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",    "DATA_LOSS",
-        "UNAUTHENTICATED"};
+    static const char *names[] = {"OK",
+                                  "CANCELLED",
+                                  "UNKNOWN",
+                                  "INVALID_ARGUMENT",
+                                  "DEADLINE_EXCEEDED",
+                                  "NOT_FOUND",
+                                  "ALREADY_EXISTS",
+                                  "PERMISSION_DENIED",
+                                  "RESOURCE_EXHAUSTED",
+                                  "FAILED_PRECONDITION",
+                                  "ABORTED",
+                                  "OUT_OF_RANGE",
+                                  "UNIMPLEMENTED",
+                                  "INTERNAL",
+                                  "UNAVAILABLE",
+                                  "DATA_LOSS",
+                                  "UNAUTHENTICATED"};
     return st >= 0 && st < (int)AL_ARRAY_LEN(names) ? names[st] : "?";
 }
 
@@ -32,8 +43,8 @@ int al_site_name_ok(const char *s) {
 }
 
 /* Write the reason and return the status: `return bad(why, n, ST, "...")`. */
-__attribute__((format(printf, 4, 5))) static int bad(char *why, size_t n, int st,
-                                                     const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) static int bad(char *why, size_t n, int st, const char *fmt,
+                                                     ...) {
     if (why && n) {
         va_list ap;
         va_start(ap, fmt);
@@ -85,8 +96,8 @@ int wire_check_hello(const Autoloco__V1__Handshake *m, char *why, size_t n) {
         return bad(why, n, AL_ST_INVALID_ARGUMENT, "next_interval: %u outside [1, %u]",
                    m->next_interval, AL_INTERVAL_MAX);
     if (m->n_members > AL_MEMBERS_MAX)
-        return bad(why, n, AL_ST_INVALID_ARGUMENT, "members: %zu names, at most %d",
-                   m->n_members, AL_MEMBERS_MAX);
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "members: %zu names, at most %d", m->n_members,
+                   AL_MEMBERS_MAX);
     for (size_t i = 0; i < m->n_members; i++)
         if (!al_site_name_ok(m->members[i]))
             return bad(why, n, AL_ST_INVALID_ARGUMENT, "members[%zu]: not a site name", i);

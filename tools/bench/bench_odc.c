@@ -11,12 +11,11 @@
  * Each step is a minibatch of W * D pieces (D per worker); the first `warmup`
  * steps are not counted. The three configurations run interleaved, `rounds`
  * times, and each figure is the median round (other processes on a shared
- * machine then disturb all configurations alike). Reported: mean minibatch seconds, each worker's idle
- * fraction (time inside barriers / minibatch time, averaged over workers) and
- * the peak bytes of gathered units per worker.
- * speedup_odc_vs_fsdp_* compares ODC with the *better* FSDP variant of the
- * workload (the conservative baseline); *_vs_naive with fsdp-naive. "skewed"
- * is the mean over the fortunes and lognormal workloads.
+ * machine then disturb all configurations alike). Reported: mean minibatch seconds, each worker's
+ * idle fraction (time inside barriers / minibatch time, averaged over workers) and the peak bytes
+ * of gathered units per worker. speedup_odc_vs_fsdp_* compares ODC with the *better* FSDP variant
+ * of the workload (the conservative baseline); *_vs_naive with fsdp-naive. "skewed" is the mean
+ * over the fortunes and lognormal workloads.
  *
  * --simulate: measures the cost of one microbatch row of n tokens on this
  * machine (forward + backward, fit a + b n + c n^2) and the latency of a
@@ -67,8 +66,8 @@ static int source_init(source *s, const bench *b, al_workload_kind k, int n, al_
     s->n = n;
     s->pieces = malloc((size_t)n * sizeof(al_piece));
     if (!s->pieces) return al_errf(err, AL_ENOMEM, "bench: out of memory");
-    int rc = al_workload_init(&s->wl, k, &b->data, b->mc.T, 42, b->median_frac * b->mc.T,
-                              b->sigma, err);
+    int rc =
+        al_workload_init(&s->wl, k, &b->data, b->mc.T, 42, b->median_frac * b->mc.T, b->sigma, err);
     if (rc) free(s->pieces);
     return rc;
 }
@@ -116,7 +115,8 @@ static int measure(const bench *b, al_workload_kind k, int c, result *res, al_er
         const al_odc_step_stats *st = al_odc_stats(&e, s);
         res->seconds += st->seconds / (double)b->steps;
         for (int w = 0; w < W; w++) {
-            res->idle += st->wait_s[w] / (st->wait_s[w] + st->compute_s[w]) / (double)(W * b->steps);
+            res->idle +=
+                st->wait_s[w] / (st->wait_s[w] + st->compute_s[w]) / (double)(W * b->steps);
             res->mb_per_worker += (double)st->nmb[w] / (double)(W * b->steps);
         }
     }
@@ -139,7 +139,7 @@ static int cmp_result(const void *a, const void *b) {
 /* ---- simulation ------------------------------------------------------------------- */
 
 typedef struct costmodel {
-    double a, b, c; /* seconds per row of n tokens: a + b n + c n^2 */
+    double a, b, c;  /* seconds per row of n tokens: a + b n + c n^2 */
     double barrier2; /* seconds per barrier at W = 2 */
 } costmodel;
 
@@ -277,9 +277,10 @@ static int simulate(const bench *b, al_err *err) {
     costmodel m;
     int rc = calibrate(b, &m, err);
     if (rc) return rc;
-    printf("cost model (this machine, %ld thread(s)): row of n tokens = %.3g + %.3g n + %.3g n^2 s; "
-           "barrier (W=2) %.1f us\n",
-           b->threads, m.a, m.b, m.c, m.barrier2 * 1e6);
+    printf(
+        "cost model (this machine, %ld thread(s)): row of n tokens = %.3g + %.3g n + %.3g n^2 s; "
+        "barrier (W=2) %.1f us\n",
+        b->threads, m.a, m.b, m.c, m.barrier2 * 1e6);
     static const int Ws[] = {2, 8, 16, 32, 64};
     static const al_workload_kind kinds[] = {AL_WL_FIXED, AL_WL_DOCS, AL_WL_LOGNORMAL};
     enum { MB = 40 };
@@ -300,8 +301,9 @@ static int simulate(const bench *b, al_err *err) {
                     al_plan p;
                     al_balance_opts o = {configs[c].bal, b->mc.T, b->quad_c};
                     if ((rc = al_plan_build(&p, src.pieces, n, W, &o, err))) break;
-                    double tt = configs[c].mode == AL_MODE_ODC ? sim_odc(&p, &m, lat, busy)
-                                                               : sim_fsdp(&p, &m, lat, b->mc.L, busy);
+                    double tt = configs[c].mode == AL_MODE_ODC
+                                    ? sim_odc(&p, &m, lat, busy)
+                                    : sim_fsdp(&p, &m, lat, b->mc.L, busy);
                     t[c] += tt;
                     for (int w = 0; w < W; w++) busy_sum[c] += busy[w] / ((double)W * tt);
                     al_plan_free(&p);
@@ -333,52 +335,85 @@ static int simulate(const bench *b, al_err *err) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: autoloco bench odc [--preset P] [--workers W] [--threads N] [--docs D]\n"
-            "                          [--steps N] [--warmup N] [--data FILE] [--sigma S]\n"
-            "                          [--quad-c C] [--rounds R] [--simulate] [--json]\n\n"
-            "ODC against the FSDP-style baseline: real steps in W worker processes for\n"
-            "fsdp-naive, fsdp-micro and odc-lpt on fixed rows, fortunes documents and\n"
-            "lognormal lengths (minibatch = W*D pieces of <= T tokens; microbatch = one row\n"
-            "of <= T tokens). --simulate instead fits this machine's cost per row and\n"
-            "barrier latency and projects W = 8..64 with an event simulation.\n"
-            "Defaults: --preset small --workers 2 --threads 1 --docs 16 --steps 3 --warmup 1\n"
-            "--rounds 3 (configurations interleaved per round; medians reported)\n"
-            "--data data/fortunes/train.bin --sigma 1.0 (lognormal median T/8) --quad-c 0.\n"
-            "--json prints one JSON object as the last line.\n");
+    fprintf(f, "usage: autoloco bench odc [--preset P] [--workers W] [--threads N] [--docs D]\n"
+               "                          [--steps N] [--warmup N] [--data FILE] [--sigma S]\n"
+               "                          [--quad-c C] [--rounds R] [--simulate] [--json]\n\n"
+               "ODC against the FSDP-style baseline: real steps in W worker processes for\n"
+               "fsdp-naive, fsdp-micro and odc-lpt on fixed rows, fortunes documents and\n"
+               "lognormal lengths (minibatch = W*D pieces of <= T tokens; microbatch = one row\n"
+               "of <= T tokens). --simulate instead fits this machine's cost per row and\n"
+               "barrier latency and projects W = 8..64 with an event simulation.\n"
+               "Defaults: --preset small --workers 2 --threads 1 --docs 16 --steps 3 --warmup 1\n"
+               "--rounds 3 (configurations interleaved per round; medians reported)\n"
+               "--data data/fortunes/train.bin --sigma 1.0 (lognormal median T/8) --quad-c 0.\n"
+               "--json prints one JSON object as the last line.\n");
 }
 
 int al_bench_odc(int argc, char **argv, al_err *err) {
     static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'}, {"workers", required_argument, 0, 'w'},
+        {"preset", required_argument, 0, 'p'},  {"workers", required_argument, 0, 'w'},
         {"threads", required_argument, 0, 't'}, {"docs", required_argument, 0, 'd'},
         {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'u'},
         {"data", required_argument, 0, 'D'},    {"sigma", required_argument, 0, 's'},
         {"quad-c", required_argument, 0, 'q'},  {"simulate", no_argument, 0, 'S'},
-        {"rounds", required_argument, 0, 'R'},
-        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    bench b = {.preset = "small", .data_path = "data/fortunes/train.bin", .workers = 2,
-               .threads = 1, .docs = 16, .steps = 3, .warmup = 1, .rounds = 3, .sigma = 1.0,
+        {"rounds", required_argument, 0, 'R'},  {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    bench b = {.preset = "small",
+               .data_path = "data/fortunes/train.bin",
+               .workers = 2,
+               .threads = 1,
+               .docs = 16,
+               .steps = 3,
+               .warmup = 1,
+               .rounds = 3,
+               .sigma = 1.0,
                .median_frac = 0.125};
     int ch, rc = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'p': b.preset = optarg; break;
-        case 'w': rc = al_cli_int("--workers", optarg, 1, AL_SHM_MAX_WORKERS, &b.workers, err); break;
-        case 't': rc = al_cli_int("--threads", optarg, 1, 1024, &b.threads, err); break;
-        case 'd': rc = al_cli_int("--docs", optarg, 1, 100000, &b.docs, err); break;
-        case 'n': rc = al_cli_int("--steps", optarg, 1, 100000, &b.steps, err); break;
-        case 'u': rc = al_cli_int("--warmup", optarg, 0, 100000, &b.warmup, err); break;
-        case 'R': rc = al_cli_int("--rounds", optarg, 1, 1000, &b.rounds, err); break;
-        case 'D': b.data_path = optarg; break;
-        case 's': rc = al_cli_double("--sigma", optarg, &b.sigma, err); break;
-        case 'q': rc = al_cli_double("--quad-c", optarg, &b.quad_c, err); break;
-        case 'S': b.simulate = 1; break;
-        case 'j': b.json = 1; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return AL_CLI_USAGE;
+        case 'p':
+            b.preset = optarg;
+            break;
+        case 'w':
+            rc = al_cli_int("--workers", optarg, 1, AL_SHM_MAX_WORKERS, &b.workers, err);
+            break;
+        case 't':
+            rc = al_cli_int("--threads", optarg, 1, 1024, &b.threads, err);
+            break;
+        case 'd':
+            rc = al_cli_int("--docs", optarg, 1, 100000, &b.docs, err);
+            break;
+        case 'n':
+            rc = al_cli_int("--steps", optarg, 1, 100000, &b.steps, err);
+            break;
+        case 'u':
+            rc = al_cli_int("--warmup", optarg, 0, 100000, &b.warmup, err);
+            break;
+        case 'R':
+            rc = al_cli_int("--rounds", optarg, 1, 1000, &b.rounds, err);
+            break;
+        case 'D':
+            b.data_path = optarg;
+            break;
+        case 's':
+            rc = al_cli_double("--sigma", optarg, &b.sigma, err);
+            break;
+        case 'q':
+            rc = al_cli_double("--quad-c", optarg, &b.quad_c, err);
+            break;
+        case 'S':
+            b.simulate = 1;
+            break;
+        case 'j':
+            b.json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return AL_CLI_USAGE;
         }
         if (rc) return rc;
     }
@@ -415,8 +450,7 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
             qsort(rr, (size_t)b.rounds, sizeof *rr, cmp_result);
             r[wi][c] = rr[b.rounds / 2];
             printf("%-10s %-11s %12.4f %9.1f%% %12.2f ", al_workload_name(kinds[wi]),
-                   configs[c].name, r[wi][c].seconds, 100 * r[wi][c].idle,
-                   r[wi][c].mb_per_worker);
+                   configs[c].name, r[wi][c].seconds, 100 * r[wi][c].idle, r[wi][c].mb_per_worker);
             for (int k = 0; k < b.rounds; k++) printf(" %.3f", rr[k].seconds);
             printf("\n");
             fflush(stdout);
@@ -445,13 +479,14 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
                 printf("\"%s_%s_s\":%.5f,\"%s_%s_idle\":%.4f,", al_workload_name(kinds[wi]),
                        configs[c].name, r[wi][c].seconds, al_workload_name(kinds[wi]),
                        configs[c].name, r[wi][c].idle);
-        printf("\"speedup_odc_vs_fsdp_fixed\":%.4f,\"speedup_odc_vs_fsdp_fortunes\":%.4f,"
-               "\"speedup_odc_vs_fsdp_lognormal\":%.4f,\"speedup_odc_vs_fsdp_skewed\":%.4f,"
-               "\"speedup_odc_vs_fsdp_naive_skewed\":%.4f,\"idle_fsdp_skewed\":%.4f,"
-               "\"idle_odc_skewed\":%.4f,\"peak_gathered_bytes\":%.0f,\"gather_pool_bytes\":%.0f}\n",
-               sp[0], sp[1], sp[2], 0.5 * (sp[1] + sp[2]), 0.5 * (spn[1] + spn[2]),
-               0.5 * (idle_f[1] + idle_f[2]), 0.5 * (r[1][2].idle + r[2][2].idle), r[2][2].peak,
-               r[2][2].pool);
+        printf(
+            "\"speedup_odc_vs_fsdp_fixed\":%.4f,\"speedup_odc_vs_fsdp_fortunes\":%.4f,"
+            "\"speedup_odc_vs_fsdp_lognormal\":%.4f,\"speedup_odc_vs_fsdp_skewed\":%.4f,"
+            "\"speedup_odc_vs_fsdp_naive_skewed\":%.4f,\"idle_fsdp_skewed\":%.4f,"
+            "\"idle_odc_skewed\":%.4f,\"peak_gathered_bytes\":%.0f,\"gather_pool_bytes\":%.0f}\n",
+            sp[0], sp[1], sp[2], 0.5 * (sp[1] + sp[2]), 0.5 * (spn[1] + spn[2]),
+            0.5 * (idle_f[1] + idle_f[2]), 0.5 * (r[1][2].idle + r[2][2].idle), r[2][2].peak,
+            r[2][2].pool);
     }
     return 0;
 }

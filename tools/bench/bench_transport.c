@@ -55,10 +55,16 @@ static int child_main(const char *dir, uint64_t cap, int wfd, int rfd) {
     if (!sink.buf) return 1;
     memset(sink.buf, 0, cap); /* fault the pages in now, not during the timing */
     const char *peers[] = {"cli"};
-    al_server_cfg cfg = {.site = "srv", .run_id = "bench", .peers = peers, .npeers = 1,
-                         .tls = {ca, cert, key}, .threads = 2, .num_shards = 1024,
-                         .max_shard_bytes = cap,
-                         .hooks = {.user = &sink, .shard_open = sink_open, .shard_done = sink_done}};
+    al_server_cfg cfg = {
+        .site = "srv",
+        .run_id = "bench",
+        .peers = peers,
+        .npeers = 1,
+        .tls = {ca, cert, key},
+        .threads = 2,
+        .num_shards = 1024,
+        .max_shard_bytes = cap,
+        .hooks = {.user = &sink, .shard_open = sink_open, .shard_done = sink_done}};
     al_server *tls = NULL, *plain = NULL;
     al_err err = {0};
     if (al_server_start(&cfg, &tls, &err)) {
@@ -115,14 +121,24 @@ static int send_once(const char *target, int insecure, const char *dir, const ui
     snprintf(ca, sizeof ca, "%s/ca.pem", dir);
     snprintf(cert, sizeof cert, "%s/cli.pem", dir);
     snprintf(key, sizeof key, "%s/cli.key", dir);
-    al_client_cfg cfg = {.target = target, .site = "cli", .peer = "srv", .run_id = "bench",
-                         .tls = {ca, cert, key}, .insecure = insecure, .deadline_s = 600,
+    al_client_cfg cfg = {.target = target,
+                         .site = "cli",
+                         .peer = "srv",
+                         .run_id = "bench",
+                         .tls = {ca, cert, key},
+                         .insecure = insecure,
+                         .deadline_s = 600,
                          .max_attempts = 8};
     al_client *c;
     int rc = al_client_new(&cfg, &c, err);
     if (rc) return rc;
-    al_shard_meta m = {.round = 0, .epoch = 0, .phase = AL_PHASE_REDUCE, .shard_id = shard,
-                       .num_shards = 1024, .total_bytes = n, .codec = AL_CODEC_FP32,
+    al_shard_meta m = {.round = 0,
+                       .epoch = 0,
+                       .phase = AL_PHASE_REDUCE,
+                       .shard_id = shard,
+                       .num_shards = 1024,
+                       .total_bytes = n,
+                       .codec = AL_CODEC_FP32,
                        .shard_checksum = al_xxh64(data, n, 0)};
     snprintf(m.site, sizeof m.site, "cli");
     uint64_t got;
@@ -183,12 +199,15 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int rc = 0;
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (!strcmp(argv[i], "--mib") && i + 1 < argc) rc = al_cli_int("--mib", argv[++i], 1, 4096, &mib, err);
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            rc = al_cli_int("--mib", argv[++i], 1, 4096, &mib, err);
         else if (!strcmp(argv[i], "--wanem-mbit") && i + 1 < argc)
             rc = al_cli_int("--wanem-mbit", argv[++i], 1, 100000, &wanem_mbit, err);
         else {
-            fprintf(stderr, "usage: autoloco bench transport [--mib N] [--wanem-mbit R] [--json]\n");
+            fprintf(stderr,
+                    "usage: autoloco bench transport [--mib N] [--wanem-mbit R] [--json]\n");
             return AL_CLI_USAGE;
         }
         if (rc) return rc;
@@ -228,8 +247,8 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
     if (!rc) rc = send_once(target, 1, dir, (const uint8_t *)x, nbytes, 1, pid, &plain, err);
     if (!rc) {
         printf("transport: %llu MiB fp32 shard over mTLS %.0f MB/s (%.2f CPU s/GB), insecure %.0f "
-               "MB/s (%.2f CPU s/GB)\n", (unsigned long long)mib, tls.MBps, tls.cpu_s_per_GB,
-               plain.MBps, plain.cpu_s_per_GB);
+               "MB/s (%.2f CPU s/GB)\n",
+               (unsigned long long)mib, tls.MBps, tls.cpu_s_per_GB, plain.MBps, plain.cpu_s_per_GB);
     }
     if (!rc && wanem_mbit) {
         al_wanem_cfg wc = {.listen = "127.0.0.1:0", .rate_mbit = (double)wanem_mbit};
@@ -245,7 +264,8 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
         }
         if (!rc)
             printf("transport: through wanem at %ld Mbit/s: %.1f Mbit/s of shard bytes (%.1f%% of "
-                   "the limit)\n", wanem_mbit, wan.MBps * 8, 100 * wan.MBps * 8 / (double)wanem_mbit);
+                   "the limit)\n",
+                   wanem_mbit, wan.MBps * 8, 100 * wan.MBps * 8 / (double)wanem_mbit);
     }
     static const char *codecs[] = {"fp32", "fp32+zstd", "bf16", "bf16+zstd",
                                    "int8", "int8+zstd", "int4", "int4+zstd"};
@@ -254,23 +274,24 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
         rc = bench_codec(codecs[k], x, n, &cr[k], err);
         if (!rc)
             printf("codec %-10s %11zu bytes (%5.2fx less than fp32)  encode %6.0f MB/s  decode "
-                   "%6.0f MB/s  max |err| %.3g (bound %.3g)\n", cr[k].name, cr[k].bytes,
-                   (double)cr[0].bytes / (double)cr[k].bytes, cr[k].enc_MBps, cr[k].dec_MBps,
-                   cr[k].max_err, cr[k].bound);
+                   "%6.0f MB/s  max |err| %.3g (bound %.3g)\n",
+                   cr[k].name, cr[k].bytes, (double)cr[0].bytes / (double)cr[k].bytes,
+                   cr[k].enc_MBps, cr[k].dec_MBps, cr[k].max_err, cr[k].bound);
     }
     if (!rc && json) {
-        printf("{\"bench\": \"transport\", \"bytes\": %llu, \"mtls_MBps\": %.1f, \"insecure_MBps\": "
-               "%.1f, \"mtls_cpu_s_per_GB\": %.3f, \"insecure_cpu_s_per_GB\": %.3f",
-               (unsigned long long)nbytes, tls.MBps, plain.MBps, tls.cpu_s_per_GB,
-               plain.cpu_s_per_GB);
+        printf(
+            "{\"bench\": \"transport\", \"bytes\": %llu, \"mtls_MBps\": %.1f, \"insecure_MBps\": "
+            "%.1f, \"mtls_cpu_s_per_GB\": %.3f, \"insecure_cpu_s_per_GB\": %.3f",
+            (unsigned long long)nbytes, tls.MBps, plain.MBps, tls.cpu_s_per_GB, plain.cpu_s_per_GB);
         if (wanem_mbit)
             printf(", \"wanem_limit_Mbit\": %ld, \"wanem_Mbit\": %.2f", wanem_mbit, wan.MBps * 8);
         printf(", \"codecs\": {");
         for (size_t k = 0; k < 8; k++)
             printf("%s\"%s\": {\"bytes_on_wire\": %zu, \"ratio_vs_fp32\": %.3f, \"encode_MBps\": "
                    "%.1f, \"decode_MBps\": %.1f, \"max_abs_error\": %.4g, \"error_bound\": %.4g}",
-                   k ? ", " : "", cr[k].name, cr[k].bytes, (double)cr[0].bytes / (double)cr[k].bytes,
-                   cr[k].enc_MBps, cr[k].dec_MBps, cr[k].max_err, cr[k].bound);
+                   k ? ", " : "", cr[k].name, cr[k].bytes,
+                   (double)cr[0].bytes / (double)cr[k].bytes, cr[k].enc_MBps, cr[k].dec_MBps,
+                   cr[k].max_err, cr[k].bound);
         printf("}}\n");
     }
     free(x);

@@ -11,10 +11,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     static const ProtobufCMessageDescriptor *descs[] = {
-        &autoloco__v1__handshake__descriptor,     &autoloco__v1__shard_chunk__descriptor,
-        &autoloco__v1__shard_query__descriptor,   &autoloco__v1__stats__descriptor,
-        &autoloco__v1__state_request__descriptor, &autoloco__v1__state_chunk__descriptor,
-        &autoloco__v1__heartbeat__descriptor,     &autoloco__v1__shard_ack__descriptor,
+        &autoloco__v1__handshake__descriptor,      &autoloco__v1__shard_chunk__descriptor,
+        &autoloco__v1__shard_query__descriptor,    &autoloco__v1__stats__descriptor,
+        &autoloco__v1__state_request__descriptor,  &autoloco__v1__state_chunk__descriptor,
+        &autoloco__v1__heartbeat__descriptor,      &autoloco__v1__shard_ack__descriptor,
         &autoloco__v1__handshake_reply__descriptor};
     const ProtobufCMessageDescriptor *d = descs[data[0] % (sizeof descs / sizeof descs[0])];
     ProtobufCMessage *m = NULL;
@@ -43,7 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         wire_check_heartbeat((Autoloco__V1__Heartbeat *)m, why, sizeof why);
     } else if (d == &autoloco__v1__handshake_reply__descriptor) {
         Autoloco__V1__HandshakeReply *r = (Autoloco__V1__HandshakeReply *)m;
-        if (r->server && !wire_check_hello(r->server, why, sizeof why)) wire_hello_from(&h, r->server);
+        if (r->server && !wire_check_hello(r->server, why, sizeof why))
+            wire_hello_from(&h, r->server);
     }
     protobuf_c_message_free_unpacked(m, NULL);
     return 0;

@@ -36,7 +36,7 @@
 #include <sys/types.h>
 
 #define AL_SHM_MAX_WORKERS 64
-#define AL_SHM_PREFIX "autoloco."
+#define AL_SHM_PREFIX      "autoloco."
 /* Per-worker scalars an engine may exchange through the control block (e.g.
  * partial gradient norms and losses); read them only after a barrier. */
 #define AL_SHM_NSCALARS 8
@@ -44,11 +44,11 @@
 typedef struct al_shm_ctl al_shm_ctl; /* in the segment; layout private to shm.c */
 
 typedef struct al_shm_opts {
-    const char *site;   /* name part for the segment ("local" if NULL) */
-    int workers;        /* W, 1..AL_SHM_MAX_WORKERS */
-    size_t data_bytes;  /* size of the engine's data region */
+    const char *site;         /* name part for the segment ("local" if NULL) */
+    int workers;              /* W, 1..AL_SHM_MAX_WORKERS */
+    size_t data_bytes;        /* size of the engine's data region */
     double barrier_timeout_s; /* longest a barrier may wait for a live peer (<= 0: 600 s) */
-    double grace_s;     /* after an abort, how long survivors get to exit before SIGKILL */
+    double grace_s;           /* after an abort, how long survivors get to exit before SIGKILL */
 } al_shm_opts;
 
 typedef struct al_shm {

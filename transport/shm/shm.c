@@ -33,11 +33,11 @@
 struct al_shm_ctl {
     uint64_t magic;
     int W;
-    atomic_uint count; /* workers inside the current barrier generation */
-    atomic_uint gen;   /* barrier generation; bumps when the last one arrives */
+    atomic_uint count;                    /* workers inside the current barrier generation */
+    atomic_uint gen;                      /* barrier generation; bumps when the last one arrives */
     unsigned arrived[AL_SHM_MAX_WORKERS]; /* last generation each worker entered */
-    atomic_int claim;  /* 0 until someone takes the right to write the abort reason */
-    atomic_int abort;  /* nonzero once the run is failing */
+    atomic_int claim; /* 0 until someone takes the right to write the abort reason */
+    atomic_int abort; /* nonzero once the run is failing */
     int abort_code, abort_worker;
     char abort_msg[480];
     pid_t pid[AL_SHM_MAX_WORKERS];
@@ -136,8 +136,8 @@ int al_shm_create(al_shm *s, const al_shm_opts *o, al_err *err) {
     /* posix_fallocate, not ftruncate: a full /dev/shm fails here, not with a
      * SIGBUS in a worker later */
     int fr = posix_fallocate(fd, 0, (off_t)s->size);
-    void *base = fr == 0 ? mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                         : MAP_FAILED;
+    void *base =
+        fr == 0 ? mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     int mmap_errno = fr ? fr : errno;
     /* Unlink now: the mapping stays valid and is inherited by forked workers,
      * so no exit path of any process can leave the name behind. */
@@ -305,8 +305,7 @@ static void describe_exit(char *out, size_t n, int w, pid_t pid, int st) {
         snprintf(out, n, "worker %d (pid %d) was killed by signal %d (%s)", w, (int)pid,
                  WTERMSIG(st), strsignal(WTERMSIG(st)));
     else
-        snprintf(out, n, "worker %d (pid %d) exited with status %d", w, (int)pid,
-                 WEXITSTATUS(st));
+        snprintf(out, n, "worker %d (pid %d) exited with status %d", w, (int)pid, WEXITSTATUS(st));
 }
 
 int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
@@ -344,8 +343,8 @@ int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
             reaped = 1;
             if (r < 0) continue; /* not our child any more: nothing to learn */
             if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
-            if (WIFEXITED(st) && (WEXITSTATUS(st) == WORKER_FAILED ||
-                                  WEXITSTATUS(st) == WORKER_PEER))
+            if (WIFEXITED(st) &&
+                (WEXITSTATUS(st) == WORKER_FAILED || WEXITSTATUS(st) == WORKER_PEER))
                 continue; /* it reported through the control block */
             char why[200];
             describe_exit(why, sizeof why, w, pids[w], st);
