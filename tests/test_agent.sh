@@ -262,8 +262,17 @@ expect_err "bad6.ini:[0-9]+: \[outer\] lr: 'fast' is not a number" -- "$bin" con
 conf r7 a "a b"
 OUTER_LR=0.5 conf r7 b "a b"
 start r7 a
-expect_err "site a runs a different configuration" -- "$bin" agent -c r7/b.ini
-kill "$PID_a" 2>/dev/null
+for _ in $(seq 1 50); do grep -q listening r7/a.log 2>/dev/null && break; sleep 0.1; done
+# whichever side shakes hands first refuses, naming the other
+out=$(timeout 60 "$bin" agent -c r7/b.ini 2>&1)
+rc=$?
+await "$PID_a" 30
+if [[ $rc -ne 0 ]] && grep -qE "site (a|b) runs a different configuration \(run hash" <<<"$out
+$(cat r7/a.log)"; then
+    ok "a peer with another run configuration is refused: $(grep -ho 'site . runs a different configuration (run hash [0-9a-f]*, ours [0-9a-f]*)' r7/a.log <<<"$out" | head -n 1)"
+else
+    no "config hash mismatch: b status $rc: $out $(tail -n 2 r7/a.log)"
+fi
 # a certificate for an unlisted site
 PORTS=($(port) $(port))
 conf r8 a "a b"

@@ -78,10 +78,11 @@ static int call_run(al_client *c, const char *method, double deadline_s, call_io
         ops[1].data.send_message.send_message = bb;
         size_t nops = more ? 2 : 1;
         if (!first && !more) break;
-        if (bb) c->tx += grpc_byte_buffer_length(bb); /* before gRPC takes the slices */
+        size_t len = bb ? grpc_byte_buffer_length(bb) : 0; /* before gRPC takes the slices */
         grpc_call_start_batch(call, ops + (first ? 0 : 1), first ? nops : 1,
                               (void *)(intptr_t)TAG_SEND, NULL);
         grpc_event ev = pluck(c, TAG_SEND, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+        if (ev.success) c->tx += len; /* a message that never left is not counted */
         if (bb) grpc_byte_buffer_destroy(bb);
         first = 0;
         if (!ev.success || !more) break;
