@@ -142,7 +142,8 @@ const al_policy_ops al_policy_qsr = {.name = "qsr",
  *     signal ≥ c_min                                 → H ×grow
  *     otherwise                                      → hold
  *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number hc (so
- *   gentle factors compound) clipped to [max(h_min, floor·h_base), h_max]:
+ *   gentle factors compound) clipped to [max(h_min, floor·h_base),
+ *   min(h_max, cap·h_base)] (cap 0: h_max):
  *   the tuned rule grows while the sites share ≥ c_min of their progress (the
  *   early phase) and comes back towards h_base, never below it, as coherence
  *   falls (docs/outer.md has the sweep's evidence). Optionally (lr_power
@@ -160,7 +161,8 @@ enum {
     AL_SPIKE,
     AL_NORM,
     AL_LRPOW,
-    AL_FLOOR
+    AL_FLOOR,
+    AL_CAP
 };
 enum { AL_S_HC = S_OWN, AL_S_EMA, AL_S_PREV, AL_S_SIGNAL, AL_S_FACTOR, AL_S_LRMAX };
 static const al_pparam auto_params[] = {
@@ -174,6 +176,7 @@ static const al_pparam auto_params[] = {
     {"normalize", AL_P_BOOL, 1, 0, 1, "refer coherence to an h_base interval"},
     {"lr_power", AL_P_REAL, 0, 0, 4, "H = hc*(eta_max/eta_r)^lr_power (0: off; 2: like qsr)"},
     {"floor", AL_P_REAL, 1, 0, 1, "smallest H as a fraction of h_base (0: h_min only)"},
+    {"cap", AL_P_REAL, 0, 0, 1e6, "largest H as a multiple of h_base (0: h_max only)"},
 };
 _Static_assert(P_OWN + AL_ARRAY_LEN(auto_params) <= AL_POLICY_MAXP, "too many settings");
 static const char *const auto_state[] = {"hc", "ema", "prev_loss", "signal", "factor", "lr_max"};
@@ -231,7 +234,8 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
     /* never below floor·h_base: syncing more often than DiLoCo did not pay in the
      * sweep (small H overshoots with outer momentum 0.9; docs/outer.md) */
     double lo = fmax(p->h_min, a[AL_FLOOR] * p->h_base);
-    st[AL_S_HC] = fmin(p->h_max, fmax(lo, st[AL_S_HC] * f));
+    double hi = a[AL_CAP] > 0 ? fmin(p->h_max, fmax(lo, a[AL_CAP] * p->h_base)) : p->h_max;
+    st[AL_S_HC] = fmin(hi, fmax(lo, st[AL_S_HC] * f));
     st[AL_S_PREV] = s->loss;
     st[AL_S_SIGNAL] = sig;
     st[AL_S_FACTOR] = f;

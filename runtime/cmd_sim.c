@@ -22,7 +22,7 @@
 
 /* H_base of the default sweep configuration: the largest fixed H within 1% of
  * the best fixed H's final eval loss (docs/results/autoloco-sweep.md). */
-#define SIM_H_BASE "50"
+#define SIM_H_BASE "80"
 
 enum { MAX_PAIRS = 64 };
 

@@ -164,7 +164,7 @@ static void test_qsr(void **state) {
 static const char *const exact_auto[] = {"h_base", "40",   "grow",   "1.25",  "shrink",    "0.75",
                                          "ema",    "0.5",  "warmup", "1",     "c_min",     "0.25",
                                          "drop",   "0.25", "spike",  "0.125", "normalize", "false",
-                                         "floor",  "0",    NULL};
+                                         "floor",  "0",    "cap",    "0",     NULL};
 static const double a_loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.6, 3.0,
                                 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3};
 static const double a_rho[] = {0.625, 0.625, 0.625, 0.4375, 0.4375, 0.4375, 1,
@@ -204,6 +204,19 @@ static void test_autoloco_floor(void **state) {
     assert_int_equal(start(p), 40);
     const int64_t want[A_ROUNDS] = {40, 50, 63, 47, 40, 50, 40, 40, 40, 40, 40, 40, 50, 63};
     for (int r = 0; r < A_ROUNDS; r++) assert_int_equal(next(p, a_stats(r)), want[r]);
+    al_policy_free(p);
+}
+
+/* cap 1.5: growth stops at 1.5·h_base = 60 (r2: 62.5 → 60), shrinks from there
+ * (r3: 45, r4: 33.75 → 34). */
+static void test_autoloco_cap(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", exact_auto);
+    al_err err = {0};
+    assert_int_equal(al_policy_set(p, "cap", "1.5", &err), 0);
+    assert_int_equal(start(p), 40);
+    const int64_t want[] = {40, 50, 60, 45, 34};
+    for (int r = 0; r < 5; r++) assert_int_equal(next(p, a_stats(r)), want[r]);
     al_policy_free(p);
 }
 
@@ -390,17 +403,12 @@ static void test_settings(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry),
-        cmocka_unit_test(test_fixed),
-        cmocka_unit_test(test_adacomm),
-        cmocka_unit_test(test_qsr),
-        cmocka_unit_test(test_autoloco_hand),
-        cmocka_unit_test(test_autoloco_normalized),
-        cmocka_unit_test(test_autoloco_lr_power),
-        cmocka_unit_test(test_autoloco_floor),
-        cmocka_unit_test(test_deterministic_and_resume),
-        cmocka_unit_test(test_refuses_nonfinite),
-        cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_registry),          cmocka_unit_test(test_fixed),
+        cmocka_unit_test(test_adacomm),           cmocka_unit_test(test_qsr),
+        cmocka_unit_test(test_autoloco_hand),     cmocka_unit_test(test_autoloco_normalized),
+        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_autoloco_floor),
+        cmocka_unit_test(test_autoloco_cap),      cmocka_unit_test(test_deterministic_and_resume),
+        cmocka_unit_test(test_refuses_nonfinite), cmocka_unit_test(test_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
