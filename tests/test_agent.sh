@@ -211,7 +211,7 @@ PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r5 $s "a b"; done
 start r5 a
 start r5 b
-for _ in $(seq 1 300); do grep -q "round 0 |" r5/a.log 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 300); do grep -q "round 0 |" r5/a.log 2>/dev/null && grep -q "round 0 |" r5/b.log 2>/dev/null && break; sleep 0.1; done
 sleep 0.4
 kill -TERM "$PID_a" "$PID_b"
 ra=0
