@@ -430,6 +430,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     a->cfg = c;
     memset(a->joining, 0xff, sizeof a->joining); /* -1 */
     a->fault_interval = a->fault_stats = -1;
+    a->stop = &g_agent_stop;
     const char *fault = getenv("AL_FAULT");
     if (fault && !strncmp(fault, "interval:", 9)) a->fault_interval = atol(fault + 9);
     if (fault && !strncmp(fault, "stats:", 6)) a->fault_stats = atol(fault + 6);
@@ -585,6 +586,8 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
             a->h = (long)h0;
         }
     }
+    signal(SIGINT, on_stop);
+    signal(SIGTERM, on_stop);
     if (rc == 0) {
         ag_set_round(a, a->round);
         rc = ag_publish_state(a, err);

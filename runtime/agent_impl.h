@@ -4,6 +4,7 @@
 #define AL_AGENT_IMPL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 
 #include "al_agent.h"
@@ -113,6 +114,7 @@ typedef struct agent {
      * SIGKILL halfway through round R's interval, or right after sending
      * round R's statistics (in the middle of the sync) */
     long fault_interval, fault_stats;
+    volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
 } agent;
 
 /* agent_net.c */

@@ -363,7 +363,7 @@ int ag_join(agent *a, al_err *err) {
     peer_meta pm[AG_MAX_SITES];
     int up[AG_MAX_SITES] = {0}, nup = 0;
     long ahead = -1;
-    double t_wait = al_now() + a->cfg->round_deadline_s;
+    double t_wait = al_now() + a->cfg->round_deadline_s, t_note = 0;
     for (;;) {
         for (int i = 0; i < a->nsites; i++) {
             if (i == a->self || up[i]) continue;
@@ -386,7 +386,20 @@ int ag_join(agent *a, al_err *err) {
             }
             free(d);
         }
-        if (nup == a->nsites - 1 || ahead > a->round || al_now() > t_wait) break;
+        if (nup == a->nsites - 1 || ahead > a->round) break;
+        if (al_now() > t_wait) {
+            /* fewer sites than [round] min_sites: wait for more rather than train */
+            if (nup + 1 >= a->cfg->round_min_sites) break;
+            if (a->stop && *a->stop)
+                return 0; /* SIGTERM while waiting: the driver saves and exits */
+            if (al_now() > t_note) {
+                al_logf(&a->log, AL_LOG_INFO,
+                        "site %s: %d of %d sites reachable, waiting for "
+                        "[round] min_sites = %ld",
+                        a->name[a->self], nup + 1, a->nsites, a->cfg->round_min_sites);
+                t_note = al_now() + 10;
+            }
+        }
         struct timespec ts = {0, 300 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -406,11 +419,6 @@ int ag_join(agent *a, al_err *err) {
                            a->name[i], h, a->run_hash);
         }
     }
-    if (nup + 1 < a->cfg->round_min_sites)
-        return al_errf(err, AL_EPEER,
-                       "only %d of %d sites reachable within %.0f s ([round] "
-                       "min_sites = %ld)",
-                       nup + 1, a->nsites, a->cfg->round_deadline_s, a->cfg->round_min_sites);
     memset(a->live, 0, sizeof a->live);
     a->live[a->self] = 1;
     if (nup == 0 || ahead <= a->round) {

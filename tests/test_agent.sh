@@ -280,6 +280,22 @@ CERT=mallory conf r8 b "a b"
 start r8 a
 expect_err "PERMISSION_DENIED" -- "$bin" agent -c r8/b.ini
 kill "$PID_a" 2>/dev/null
+# fewer sites than [round] min_sites: the agent waits rather than trains, and
+# SIGTERM ends the wait cleanly
+PORTS=($(port) $(port))
+conf r9 a "a b"
+sed -i 's/^\[round\]$/[round]\nmin_sites = 2/' r9/a.ini
+start r9 a
+sleep 8
+kill -TERM "$PID_a"
+await "$PID_a" 20
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "waiting for \[round\] min_sites = 2" r9/a.log && ! grep -q "round 0 |" r9/a.log; then
+    ok "below [round] min_sites the agent waits (no training), SIGTERM ends it with status 0"
+else
+    no "min_sites wait: status $rc: $(tail -n 3 r9/a.log)"
+fi
+
 # checkpoints: a flipped bit falls back to the previous one; another preset is refused
 ck=r2-interval/run-a
 last=$(ls -d $ck/step-* | sort | tail -n 1)
