@@ -321,7 +321,8 @@ static int round_once(agent *a, double *eval, al_err *err) {
     if ((rc = al_round_stats_combine(&rs, a->round, stats, M, mdsq, err))) return rc;
     int64_t h_next = h;
     if ((rc = al_policy_next_interval(a->pol, &rs, &h_next, err))) return rc;
-    if ((rc = al_outer_step(&a->outer, a->dbar, rs.lr_sum, err))) return rc;
+    double s_r = a->progress_lr ? rs.lr_sum : (double)rs.steps;
+    if ((rc = al_outer_step(&a->outer, a->dbar, s_r, err))) return rc;
     memcpy(theta_local(a), a->outer.theta, a->P * sizeof(float));
     if (a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h;
     memset(a->live, 0, sizeof a->live);
@@ -504,7 +505,11 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     oc.momentum = c->outer_momentum;
     oc.correction =
         strcmp(c->outer_correction, "none") ? AL_CORRECTION_AUTOLOCO : AL_CORRECTION_NONE;
-    oc.s_ref = a->h_base * c->inner_lr;
+    /* S_ref: one DiLoCo interval's progress, in the unit [outer] progress names
+     * (steps: S_r = H_r; lr: S_r = Σ η_t). docs/results/autoloco-sweep.md has
+     * the evidence for steps. */
+    a->progress_lr = !strcmp(c->outer_progress, "lr");
+    oc.s_ref = a->progress_lr ? a->h_base * c->inner_lr : a->h_base;
     if ((rc = al_outer_init(&a->outer, &oc, theta_local(a), a->P, err))) return rc;
     a->delta = malloc(a->P * sizeof(float));
     a->dbar = malloc(a->P * sizeof(float));

@@ -97,6 +97,7 @@ typedef struct agent {
     double peer_rx[AG_MAX_SITES]; /* server bytes from each peer counted so far */
     int reconnect[AG_MAX_SITES];  /* a peer came back: replace its client */
     double h_base;
+    int progress_lr; /* [outer] progress = lr */
     /* the exchange: written by server threads under mu, read by the driver */
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -537,7 +537,12 @@ static int push_shard(agent *a, int peer, uint32_t phase, int k, int M, size_t l
     m.codec = a->codec.kind;
     m.zstd = a->codec.zstd;
     m.shard_checksum = al_xxh64(a->enc, len, 0);
-    return al_client_push_shard(a->cli[peer], &m, a->enc, err);
+    int rc = al_client_push_shard(a->cli[peer], &m, a->enc, err);
+    /* A retried push whose first try did arrive (its reply was lost or late):
+     * the peer holds this very shard -- the same sender, round and id, hence
+     * the same bytes -- so it is done. */
+    if (rc && al_client_last_status(a->cli[peer]) == AL_ST_ALREADY_EXISTS) rc = 0;
+    return rc;
 }
 
 /* Is slot s a complete shard of this round and attempt? */

@@ -57,6 +57,8 @@
     X(outer, momentum, DBL, 0.9, 0, 0.999999, "outer Nesterov momentum mu")                        \
     X(outer, correction, STR, "autoloco", "autoloco|none", 0,                                      \
       "outer update corrected by the accumulated inner lr (autoloco) or plain DiLoCo")             \
+    X(outer, progress, STR, "steps", "steps|lr", 0,                                                \
+      "what the correction counts an interval in: inner steps (S_r = H) or accumulated lr")        \
     X(outer, codec, STR, "int8+zstd", NULL, 0,                                                     \
       "pseudo-gradient codec: fp32|bf16|int8|int4[+zstd]")                                         \
     X(round, deadline_s, DBL, 120, 0.1, 86400,                                                     \
