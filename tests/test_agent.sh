@@ -11,7 +11,8 @@
 #      hash of the uninterrupted run;
 #   4. bad input: config errors, a peer with another run config, a certificate
 #      for an unlisted site, a corrupt checkpoint, another preset's checkpoint.
-# Every wait is bounded (timeout); nothing is left running.
+# Every wait is bounded (timeout); nothing is left running. AL_TEST_DEADLINE
+# sets the agents' round deadline (default 5 s; the sanitizer run uses more).
 set -u
 bin=${1:?usage: test_agent.sh path/to/autoloco}
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
@@ -83,7 +84,7 @@ conf() {
         echo "name = fixed"
         echo "h_base = ${H:-10}"
         echo "[round]"
-        echo "deadline_s = ${DEADLINE:-5}"
+        echo "deadline_s = ${DEADLINE:-${AL_TEST_DEADLINE:-5}}"
         echo "[checkpoint]"
         echo "dir = $dir/run-$me"
         echo "every = ${EVERY:-0}"
@@ -124,7 +125,7 @@ for s in a b c; do start r1 $s; done
 rc=0
 for s in a b c; do
     eval "p=\$PID_$s"
-    await "$p" 120 || rc=1
+    await "$p" 400 || rc=1
 done
 if [[ $rc -ne 0 ]]; then
     no "3x2 run: an agent failed: $(tail -n 3 r1/*.log)"
@@ -160,9 +161,9 @@ for fault in interval stats; do
     for _ in $(seq 1 600); do grep -q "round 4 |" $dir/a.log 2>/dev/null && break; sleep 0.1; done
     start $dir c --resume "$dir/run-c"
     rca=0
-    await "$PID_a" 120 || rca=1
-    await "$PID_b" 120 || rca=1
-    await "$PID_c" 120 || rca=1
+    await "$PID_a" 400 || rca=1
+    await "$PID_b" 400 || rca=1
+    await "$PID_c" 400 || rca=1
     ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
     if [[ $rca -ne 0 ]]; then
         no "$fault kill: a run failed: $(tail -n 2 $dir/*.log)"
@@ -190,8 +191,8 @@ sleep 0.3
 start r3 a
 start r3 b
 rc=0
-await "$PID_a" 120 || rc=1
-await "$PID_b" 120 || rc=1
+await "$PID_a" 400 || rc=1
+await "$PID_b" 400 || rc=1
 kill $wanem 2>/dev/null
 ha=$(hash_of r3/run-a/summary.json) hb=$(hash_of r3/run-b/summary.json)
 if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] && ! grep -q "dropping\|leaving it out" r3/a.log r3/b.log; then
@@ -205,7 +206,7 @@ PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r4 $s "a b"; done
 start r4 a
 start r4 b
-await "$PID_a" 180 && await "$PID_b" 180 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
+await "$PID_a" 400 && await "$PID_b" 400 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
 ref=$(hash_of r4/run-a/summary.json)
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r5 $s "a b"; done
@@ -220,7 +221,7 @@ await "$PID_b" 60 || ra=1
 [[ $ra -eq 0 ]] || no "SIGTERM did not end the agents with status 0"
 start r5 a --resume r5/run-a
 start r5 b --resume r5/run-b
-await "$PID_a" 180 && await "$PID_b" 180 || no "resumed run failed: $(tail -n 2 r5/*.log)"
+await "$PID_a" 400 && await "$PID_b" 400 || no "resumed run failed: $(tail -n 2 r5/*.log)"
 got=$(hash_of r5/run-a/summary.json)
 if [[ -n $ref && $ref == "$got" && $(hash_of r5/run-b/summary.json) == "$ref" ]] &&
     grep -q "resumed from" r5/a.log; then
@@ -262,7 +263,7 @@ expect_err "bad6.ini:[0-9]+: \[outer\] lr: 'fast' is not a number" -- "$bin" con
 conf r7 a "a b"
 OUTER_LR=0.5 conf r7 b "a b"
 start r7 a
-for _ in $(seq 1 50); do grep -q listening r7/a.log 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 300); do grep -q listening r7/a.log 2>/dev/null && break; sleep 0.1; done
 # whichever side shakes hands first refuses, naming the other
 out=$(timeout 60 "$bin" agent -c r7/b.ini 2>&1)
 rc=$?
@@ -283,7 +284,7 @@ kill "$PID_a" 2>/dev/null
 # fewer sites than [round] min_sites: the agent waits rather than trains, and
 # SIGTERM ends the wait cleanly
 PORTS=($(port) $(port))
-conf r9 a "a b"
+DEADLINE=2 conf r9 a "a b"
 sed -i 's/^\[round\]$/[round]\nmin_sites = 2/' r9/a.ini
 start r9 a
 sleep 8
