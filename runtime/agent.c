@@ -120,12 +120,21 @@ static int src_next(void *ctx, long step, const al_piece **pieces, int *n, al_er
     return 0;
 }
 
-/* Train until the interval has h steps (or the budget ends). W = 1 stops
- * between steps on a signal (the checkpoint then holds the partial interval). */
+/* Train until the interval has h steps (or the budget ends). A signal does
+ * not cut the interval short: the agent finishes the round with its peers and
+ * stops at the round's end, so that sites stopped together stop at the same
+ * round and resume bit-for-bit (stopping mid-interval let a peer that had
+ * already reached the exchange drop this site and go on alone). */
 static int run_interval(agent *a, long h, al_err *err) {
     long target = AL_MIN(h, a->cfg->inner_steps - (a->step - a->iv.steps));
     if (a->workers == 1) {
-        while (a->iv.steps < target && !g_agent_stop) {
+        int told = 0;
+        while (a->iv.steps < target) {
+            if (g_agent_stop && !told++)
+                al_logf(&a->log, AL_LOG_INFO,
+                        "site %s: signal %d: finishing round %ld (%ld of %ld steps done), then "
+                        "saving",
+                        a->name[a->self], (int)g_agent_stop, a->round, a->iv.steps, target);
             if (a->round == a->fault_interval && a->iv.steps == target / 2) raise(SIGKILL);
             al_step_stats st;
             int rc = al_trainer_step(&a->tr, &st, err);
@@ -294,7 +303,7 @@ static int round_once(agent *a, double *eval, al_err *err) {
     double t0 = al_now();
     long h = a->h;
     int rc = run_interval(a, h, err);
-    if (rc || g_agent_stop) return rc;
+    if (rc) return rc;
     double t_train = al_now();
     al_metrics_add(&a->met, AL_M_COMPUTE_S, a->iv.compute_s);
     /* Δ = θ_global − θ_local and my statistics */

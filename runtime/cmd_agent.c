@@ -11,7 +11,8 @@ static void agent_usage(FILE *f) {
                "with [inner] workers), rounds with the [peers] over mutual TLS ([tls]), the\n"
                "outer optimizer ([outer]) and sync-interval policy ([policy]), checkpoints\n"
                "([checkpoint]), the JSONL event log ([log]) and the dashboard ([dashboard]).\n"
-               "SIGINT/SIGTERM: save a checkpoint and exit 0. --resume continues from the\n"
+               "SIGINT/SIGTERM: finish the current round, save a checkpoint, exit 0.\n"
+               "--resume continues from the\n"
                "newest valid checkpoint under PATH; a site behind its peers rejoins them.\n"
                "Every key: autoloco train --help-config.\n");
 }

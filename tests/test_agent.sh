@@ -7,8 +7,8 @@
 #      the survivors finish the round without it and go on; the killed site
 #      restarted with --resume rejoins and ends with the same hash; a
 #      connection cut through wanem mid-sync recovers without dropping a site;
-#   3. exact resume: a 2-site run stopped by SIGTERM and resumed ends with the
-#      hash of the uninterrupted run;
+#   3. exact resume: a 2-site run stopped by SIGTERM (each site finishes the
+#      round) and resumed ends with the hash of the uninterrupted run;
 #   4. bad input: config errors, a peer with another run config, a certificate
 #      for an unlisted site, a corrupt checkpoint, another preset's checkpoint.
 # Every wait is bounded (timeout); nothing is left running. AL_TEST_DEADLINE
