@@ -457,21 +457,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (rc) return rc;
     a->h_base = policy_h_base(a->pol);
     /* local training, as `autoloco train` configures it */
-    al_train_opts_default(&a->o);
-    a->o.batch = (int)c->inner_batch;
-    a->o.seq = (int)c->inner_seq;
-    a->o.accum = (int)c->inner_accum;
-    a->o.steps = c->inner_steps;
-    a->o.warmup = c->inner_warmup;
-    a->o.lr = c->inner_lr;
-    a->o.min_lr_frac = c->inner_min_lr_frac;
-    a->o.weight_decay = c->inner_weight_decay;
-    a->o.beta1 = c->inner_beta1;
-    a->o.beta2 = c->inner_beta2;
-    a->o.eps = c->inner_eps;
-    a->o.grad_clip = c->inner_grad_clip;
-    a->o.seed = (uint64_t)c->inner_seed;
-    if ((rc = al_packing_parse(c->data_packing, &a->o.packing, err))) return rc;
+    if ((rc = al_config_train_opts(c, &a->o, err))) return rc;
     a->workers = (int)c->inner_workers;
     int threads = c->inner_threads > 0 ? (int)c->inner_threads
                                        : (int)AL_MAX(1, sysconf(_SC_NPROCESSORS_ONLN) / a->workers);

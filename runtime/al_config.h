@@ -113,6 +113,9 @@ void al_config_hash(const al_config *c, char hex[65]);
 /* SHA-256 of the keys every site of a run must share (model, training recipe,
  * [outer], [policy]): what sites compare in their handshake. */
 void al_config_run_hash(const al_config *c, char hex[65]);
+/* The training recipe of [inner] and [data] packing as trainer options. */
+struct al_train_opts;
+int al_config_train_opts(const al_config *c, struct al_train_opts *o, al_err *err);
 /* The table as help text. */
 void al_config_print_help(FILE *f);
 

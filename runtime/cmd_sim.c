@@ -336,21 +336,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     al_sim_opts o;
     al_sim_opts_default(&o);
     if ((rc = al_model_preset(&o.model, c->model_preset, err))) goto out;
-    al_train_opts_default(&o.train);
-    o.train.batch = (int)c->inner_batch;
-    o.train.seq = (int)c->inner_seq;
-    o.train.accum = (int)c->inner_accum;
-    o.train.steps = c->inner_steps;
-    o.train.warmup = c->inner_warmup;
-    o.train.lr = c->inner_lr;
-    o.train.min_lr_frac = c->inner_min_lr_frac;
-    o.train.weight_decay = c->inner_weight_decay;
-    o.train.beta1 = c->inner_beta1;
-    o.train.beta2 = c->inner_beta2;
-    o.train.eps = c->inner_eps;
-    o.train.grad_clip = c->inner_grad_clip;
-    o.train.seed = (uint64_t)c->inner_seed;
-    if ((rc = al_packing_parse(c->data_packing, &o.train.packing, err))) goto out;
+    if ((rc = al_config_train_opts(c, &o.train, err))) goto out;
     if (o.train.seq > o.model.T) {
         rc = al_errf(err, AL_ECONFIG, "[inner] seq: %d exceeds preset '%s' context %d", o.train.seq,
                      o.model.preset, o.model.T);

@@ -160,21 +160,7 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     al_model_config mc;
     if ((rc = al_model_preset(&mc, c->model_preset, err))) goto out;
     al_train_opts o;
-    al_train_opts_default(&o);
-    o.batch = (int)c->inner_batch;
-    o.seq = (int)c->inner_seq;
-    o.accum = (int)c->inner_accum;
-    o.steps = c->inner_steps;
-    o.warmup = c->inner_warmup;
-    o.lr = c->inner_lr;
-    o.min_lr_frac = c->inner_min_lr_frac;
-    o.weight_decay = c->inner_weight_decay;
-    o.beta1 = c->inner_beta1;
-    o.beta2 = c->inner_beta2;
-    o.eps = c->inner_eps;
-    o.grad_clip = c->inner_grad_clip;
-    o.seed = (uint64_t)c->inner_seed;
-    if ((rc = al_packing_parse(c->data_packing, &o.packing, err))) goto out;
+    if ((rc = al_config_train_opts(c, &o, err))) goto out;
     if (o.seq > mc.T) {
         rc = al_errf(err, AL_ECONFIG, "[inner] seq: %d exceeds preset '%s' context %d", o.seq,
                      mc.preset, mc.T);

@@ -1,5 +1,6 @@
 /* config.c -- strict INI configuration driven by AL_CONFIG_TABLE (see al_config.h). */
 #include "al_config.h"
+#include "al_train.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -396,4 +397,23 @@ void al_config_print_help(FILE *f) {
         fprintf(f, "  %-14s %-26s %s%s%s\n", k->key, def, k->help, k->choices ? "; one of " : "",
                 k->choices ? k->choices : "");
     }
+}
+
+int al_config_train_opts(const al_config *c, al_train_opts *o, al_err *err) {
+    al_train_opts_default(o);
+    o->batch = (int)c->inner_batch;
+    o->seq = (int)c->inner_seq;
+    o->accum = (int)c->inner_accum;
+    o->steps = c->inner_steps;
+    o->warmup = c->inner_warmup;
+    o->lr = c->inner_lr;
+    o->min_lr_frac = c->inner_min_lr_frac;
+    o->weight_decay = c->inner_weight_decay;
+    o->beta1 = c->inner_beta1;
+    o->beta2 = c->inner_beta2;
+    o->eps = c->inner_eps;
+    o->grad_clip = c->inner_grad_clip;
+    o->seed = (uint64_t)c->inner_seed;
+    int rc = al_packing_parse(c->data_packing, &o->packing, err);
+    return rc ? al_err_prefix(err, "[data] packing") : 0;
 }
