@@ -571,7 +571,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
         if (!(a->events = fopen(path, "a")))
             rc = al_errf(err, AL_EIO, "[log] events: cannot open '%s'", path);
     }
-    if (rc == 0 && c->dashboard_port > 0) {
+    if (rc == 0 && c->dashboard_port >= 0) {
         al_http_cfg hc = {c->dashboard_address, (int)c->dashboard_port, 64, 10};
         rc = al_http_start(&a->http, &hc, &a->met, err);
         if (rc == 0)

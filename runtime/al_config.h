@@ -65,7 +65,7 @@
       "seconds a round waits for a site's shards and statistics before dropping it")               \
     X(round, min_sites, INT, 1, 1, 256, "fewest live sites to train with (fewer: wait)")           \
     X(dashboard, address, STR, "127.0.0.1", NULL, 0, "dashboard and /metrics listen address")      \
-    X(dashboard, port, INT, 0, 0, 65535, "dashboard port (0 = no dashboard)")                      \
+    X(dashboard, port, INT, 0, -1, 65535, "dashboard port (0 = any free port, -1 = none)")         \
     X(log, events, STR, "", NULL, 0, "JSONL event log ('' = <checkpoint dir>/events.jsonl)")
 
 #define AL_CFG_CTYPE_INT long
