@@ -130,7 +130,7 @@ static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
 }
 
 /* THETA: the outer state; META: the committed round as JSON (a poll); MOMENTUM
- * is used as "register": the caller joins the round in progress. */
+ * is used as "register": the caller will join the round after the current one. */
 static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
                     char *why, size_t n) {
     agent *a = u;
@@ -145,15 +145,10 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
         *data = sn->outer;
         *len = sn->outer_len;
     } else if (part == AL_STATE_META || part == AL_STATE_MOMENTUM) {
-        if (part == AL_STATE_MOMENTUM) { /* registration */
-            if (a->exchanging || id < 0) {
-                snprintf(why, n, "round %ld is being exchanged; register for the next", a->round);
-                st = AL_ST_UNAVAILABLE;
-            } else {
-                a->joining[id] = a->round;
-                a->reconnect[id] = 1; /* it was gone: a fresh channel, no backoff */
-                pthread_cond_broadcast(&a->cv);
-            }
+        if (part == AL_STATE_MOMENTUM && id >= 0) { /* registration for the next round */
+            a->joining[id] = a->round + 1;
+            a->reconnect[id] = 1; /* it was gone: a fresh channel, no backoff */
+            pthread_cond_broadcast(&a->cv);
         }
         *data = (const uint8_t *)sn->meta;
         *len = sn->meta_len;
@@ -428,16 +423,23 @@ int ag_join(agent *a, al_err *err) {
                 a->name[a->self], a->round, nup);
         return 0;
     }
-    /* Behind: register with every live peer for the round they are training,
-     * then take θ_global and the outer state from one of them. A peer in the
-     * middle of an exchange refuses; try again shortly. */
+    /* Behind: register with every live peer for the *next* round (r + 1), wait
+     * until they have all committed round r, then take θ_global, the outer and
+     * the policy state from one of them and train round r + 1 alongside them.
+     * Joining the round in progress would start us up to a whole interval late,
+     * and peers whose deadlines fell on either side of our statistics would
+     * disagree on whether we are in. Registrations that found the peers at
+     * different rounds are redone (the last one counts). */
     al_logf(&a->log, AL_LOG_INFO, "site %s: peers are at round %ld, joining", a->name[a->self],
             ahead);
-    double t_end = al_now() + 4 * a->cfg->round_deadline_s;
+    double t_end = al_now() + 4 * a->cfg->round_deadline_s + 60;
     for (;;) {
+        if (al_now() > t_end)
+            return al_errf(err, AL_ETIMEOUT, "joining: peers never settled on one round");
+        struct timespec nap = {0, 100 * 1000 * 1000};
         long r = -1;
-        int ok = 1, src = -1;
-        for (int i = 0; i < a->nsites && ok; i++) {
+        int ok = 1;
+        for (int i = 0; i < a->nsites && ok; i++) { /* register: joining[me] = their round + 1 */
             if (!up[i]) continue;
             uint8_t *d = NULL;
             uint64_t n = 0;
@@ -445,35 +447,51 @@ int ag_join(agent *a, al_err *err) {
             if (al_client_pull_state(a->cli[i], AL_STATE_MOMENTUM, 1 << 20, &d, &n, &e) != 0 ||
                 parse_meta(a, d, n, &pm[i], &e) != 0 || (r >= 0 && pm[i].round != r))
                 ok = 0;
-            else {
+            else
                 r = pm[i].round;
-                src = i;
+            free(d);
+        }
+        if (!ok || r < 0) {
+            nanosleep(&nap, NULL);
+            continue;
+        }
+        ag_set_round(a, r + 1); /* their round-(r+1) traffic is for us from now on */
+        /* wait for every peer to commit round r */
+        int src = -1, behind = 1;
+        while (ok && behind && al_now() < t_end) {
+            behind = 0;
+            for (int i = 0; i < a->nsites && ok; i++) {
+                if (!up[i]) continue;
+                uint8_t *d = NULL;
+                uint64_t n = 0;
+                al_err e = {0};
+                if (al_client_pull_state(a->cli[i], AL_STATE_META, 1 << 20, &d, &n, &e) != 0 ||
+                    parse_meta(a, d, n, &pm[i], &e) != 0 || pm[i].round > r + 1)
+                    ok = 0; /* gone, or already past the round we registered for */
+                else if (pm[i].round < r + 1)
+                    behind = 1;
+                else
+                    src = i;
+                free(d);
             }
-            free(d);
+            if (ok && behind) nanosleep(&nap, NULL);
         }
-        if (ok && src >= 0) {
-            ag_set_round(a, r); /* accept the peers' round-r traffic from now on */
-            uint8_t *d = NULL;
-            uint64_t n = 0;
-            int rc =
-                al_client_pull_state(a->cli[src], AL_STATE_THETA, (uint64_t)1 << 40, &d, &n, err);
-            if (rc == 0) rc = al_outer_deserialize(&a->outer, d, n, &a->outer.cfg, err);
-            free(d);
-            if (rc == 0) rc = al_policy_load(a->pol, pm[src].policy, err);
-            if (rc) return al_err_prefix(err, "joining from %s", a->name[src]);
-            a->round = pm[src].round;
-            a->step = pm[src].step;
-            a->h = pm[src].h;
-            for (int i = 0; i < a->nsites; i++) a->live[i] = pm[src].members[i] || up[i];
-            a->live[a->self] = 1;
-            al_logf(&a->log, AL_LOG_INFO, "site %s: joined at round %ld, step %ld (state from %s)",
-                    a->name[a->self], a->round, a->step, a->name[src]);
-            return 0;
-        }
-        if (al_now() > t_end)
-            return al_errf(err, AL_ETIMEOUT, "joining: peers never settled on one round");
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        if (!ok || behind || src < 0) continue;
+        uint8_t *d = NULL;
+        uint64_t n = 0;
+        int rc = al_client_pull_state(a->cli[src], AL_STATE_THETA, (uint64_t)1 << 40, &d, &n, err);
+        if (rc == 0) rc = al_outer_deserialize(&a->outer, d, n, &a->outer.cfg, err);
+        free(d);
+        if (rc == 0) rc = al_policy_load(a->pol, pm[src].policy, err);
+        if (rc) return al_err_prefix(err, "joining from %s", a->name[src]);
+        a->round = pm[src].round;
+        a->step = pm[src].step;
+        a->h = pm[src].h;
+        for (int i = 0; i < a->nsites; i++) a->live[i] = pm[src].members[i] || up[i];
+        a->live[a->self] = 1;
+        al_logf(&a->log, AL_LOG_INFO, "site %s: joined at round %ld, step %ld (state from %s)",
+                a->name[a->self], a->round, a->step, a->name[src]);
+        return 0;
     }
 }
 
