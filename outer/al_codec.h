@@ -109,4 +109,15 @@ double al_codec_error_bound(const al_codec_cfg *cfg, const float *x, uint64_t n)
  * it catches corruption, not an attacker -- TLS covers that on the wire. */
 uint64_t al_xxh64(const void *data, size_t len, uint64_t seed);
 
+/* The same over data that arrives in pieces: init, update with each piece in
+ * order (any sizes), digest = al_xxh64 of the concatenation. */
+typedef struct al_xxh64_state {
+    uint64_t v[4], seed, total;
+    uint8_t buf[32]; /* the tail that is not yet a whole 32-byte stripe */
+    uint32_t nbuf;
+} al_xxh64_state;
+void al_xxh64_init(al_xxh64_state *s, uint64_t seed);
+void al_xxh64_update(al_xxh64_state *s, const void *data, size_t len);
+uint64_t al_xxh64_digest(const al_xxh64_state *s);
+
 #endif

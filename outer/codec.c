@@ -43,34 +43,59 @@ static inline uint64_t xxh_merge(uint64_t acc, uint64_t v) {
     return acc * P1 + P4;
 }
 
-uint64_t al_xxh64(const void *data, size_t len, uint64_t seed) {
-    static const uint8_t empty[1];
-    if (!data) { /* protobuf-c gives NULL for an empty bytes field: no pointer arithmetic on it */
-        data = empty;
-        len = 0;
+/* Four independent lanes over 32-byte stripes (what makes it fast); the
+ * stream keeps the lanes and up to 31 bytes not yet a whole stripe. */
+static const uint8_t *xxh_stripes(uint64_t v[4], const uint8_t *p, const uint8_t *end) {
+    uint64_t v1 = v[0], v2 = v[1], v3 = v[2], v4 = v[3];
+    while (end - p >= 32) {
+        v1 = xxh_round(v1, rd64(p));
+        v2 = xxh_round(v2, rd64(p + 8));
+        v3 = xxh_round(v3, rd64(p + 16));
+        v4 = xxh_round(v4, rd64(p + 24));
+        p += 32;
     }
+    v[0] = v1, v[1] = v2, v[2] = v3, v[3] = v4;
+    return p;
+}
+
+void al_xxh64_init(al_xxh64_state *s, uint64_t seed) {
+    memset(s, 0, sizeof *s);
+    s->seed = seed;
+    s->v[0] = seed + P1 + P2;
+    s->v[1] = seed + P2;
+    s->v[2] = seed;
+    s->v[3] = seed - P1;
+}
+
+void al_xxh64_update(al_xxh64_state *s, const void *data, size_t len) {
+    if (!len) return; /* data may be NULL (protobuf-c's empty bytes) */
     const uint8_t *p = data, *end = p + len;
-    uint64_t h;
-    if (len >= 32) {
-        /* four independent lanes over 32-byte stripes: what makes it fast */
-        uint64_t v1 = seed + P1 + P2, v2 = seed + P2, v3 = seed, v4 = seed - P1;
-        const uint8_t *limit = end - 32;
-        do {
-            v1 = xxh_round(v1, rd64(p));
-            v2 = xxh_round(v2, rd64(p + 8));
-            v3 = xxh_round(v3, rd64(p + 16));
-            v4 = xxh_round(v4, rd64(p + 24));
-            p += 32;
-        } while (p <= limit);
-        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
-        h = xxh_merge(h, v1);
-        h = xxh_merge(h, v2);
-        h = xxh_merge(h, v3);
-        h = xxh_merge(h, v4);
-    } else {
-        h = seed + P5;
+    s->total += len;
+    if (s->nbuf) { /* complete the pending stripe first */
+        size_t take = AL_MIN(len, (size_t)32 - s->nbuf);
+        memcpy(s->buf + s->nbuf, p, take);
+        s->nbuf += (uint32_t)take;
+        p += take;
+        if (s->nbuf < 32) return;
+        xxh_stripes(s->v, s->buf, s->buf + 32);
+        s->nbuf = 0;
     }
-    h += (uint64_t)len;
+    p = xxh_stripes(s->v, p, end);
+    memcpy(s->buf, p, (size_t)(end - p));
+    s->nbuf = (uint32_t)(end - p);
+}
+
+uint64_t al_xxh64_digest(const al_xxh64_state *s) {
+    uint64_t h;
+    if (s->total >= 32) {
+        const uint64_t *v = s->v;
+        h = rotl64(v[0], 1) + rotl64(v[1], 7) + rotl64(v[2], 12) + rotl64(v[3], 18);
+        for (int i = 0; i < 4; i++) h = xxh_merge(h, v[i]);
+    } else {
+        h = s->seed + P5;
+    }
+    h += s->total;
+    const uint8_t *p = s->buf, *end = p + s->nbuf;
     for (; p + 8 <= end; p += 8) {
         h ^= xxh_round(0, rd64(p));
         h = rotl64(h, 27) * P1 + P4;
@@ -90,6 +115,13 @@ uint64_t al_xxh64(const void *data, size_t len, uint64_t seed) {
     h *= P3;
     h ^= h >> 32;
     return h;
+}
+
+uint64_t al_xxh64(const void *data, size_t len, uint64_t seed) {
+    al_xxh64_state s;
+    al_xxh64_init(&s, seed);
+    al_xxh64_update(&s, data, len);
+    return al_xxh64_digest(&s);
 }
 
 /* ---- configuration ---------------------------------------------------------- */

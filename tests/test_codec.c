@@ -131,6 +131,41 @@ static void test_xxh64_vectors(void **state) {
     assert_true(al_xxh64(s, strlen(s), 0) == 0xFBCEA83C8A378BF1ull);
 }
 
+/* The streaming form gives the one-shot digest however the data is cut:
+ * pieces of 0, 1, 31, 32, 33 bytes and random sizes, over lengths that end
+ * inside and on stripe boundaries. */
+static void test_xxh64_stream(void **state) {
+    (void)state;
+    uint8_t buf[3000];
+    al_rng rng;
+    al_rng_seed(&rng, 7);
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)al_rng_u64(&rng);
+    static const size_t lens[] = {0, 1, 5, 31, 32, 33, 63, 64, 65, 100, 1000, 2999, 3000};
+    static const size_t fixed[] = {1, 31, 32, 33, 7};
+    for (size_t li = 0; li < AL_ARRAY_LEN(lens); li++) {
+        size_t len = lens[li];
+        uint64_t want = al_xxh64(buf, len, 42);
+        for (size_t mode = 0; mode < AL_ARRAY_LEN(fixed) + 1; mode++) {
+            al_xxh64_state s;
+            al_xxh64_init(&s, 42);
+            al_xxh64_update(&s, NULL, 0); /* an empty piece changes nothing */
+            for (size_t off = 0; off < len;) {
+                size_t k = mode < AL_ARRAY_LEN(fixed) ? fixed[mode] : al_rng_u64(&rng) % 80;
+                if (k > len - off) k = len - off;
+                al_xxh64_update(&s, buf + off, k);
+                off += k;
+            }
+            assert_true(al_xxh64_digest(&s) == want);
+        }
+    }
+    /* and the published value, streamed */
+    al_xxh64_state s;
+    al_xxh64_init(&s, 0);
+    al_xxh64_update(&s, "Nobody inspects ", 16);
+    al_xxh64_update(&s, "the spammish repetition", 23);
+    assert_true(al_xxh64_digest(&s) == 0xFBCEA83C8A378BF1ull);
+}
+
 /* ---- rejections -------------------------------------------------------------- */
 
 static void rechecksum(uint8_t *buf, size_t len) {
@@ -273,10 +308,10 @@ static void test_parse(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_xxh64_vectors),  cmocka_unit_test(test_round_trips),
-        cmocka_unit_test(test_extremes),       cmocka_unit_test(test_int4_ratio),
-        cmocka_unit_test(test_decode_rejects), cmocka_unit_test(test_encode_rejects),
-        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_xxh64_vectors),  cmocka_unit_test(test_xxh64_stream),
+        cmocka_unit_test(test_round_trips),    cmocka_unit_test(test_extremes),
+        cmocka_unit_test(test_int4_ratio),     cmocka_unit_test(test_decode_rejects),
+        cmocka_unit_test(test_encode_rejects), cmocka_unit_test(test_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -240,6 +240,102 @@ static void test_unpack(void **state) {
     assert_string_equal(al_status_name(99), "?");
 }
 
+/* wire_unpack_chunk (payload not copied) reads what protobuf-c reads: every
+ * field, in protobuf's order or with the payload last, the last payload field
+ * when there are several, and refuses what is malformed. */
+static void same_chunk(const Autoloco__V1__ShardChunk *a, const Autoloco__V1__ShardChunk *b) {
+    assert_int_equal(a->schema, b->schema);
+    assert_string_equal(a->site, b->site);
+    assert_int_equal(a->phase, b->phase);
+    assert_int_equal(a->shard_id, b->shard_id);
+    assert_int_equal(a->num_shards, b->num_shards);
+    assert_int_equal(a->offset, b->offset);
+    assert_int_equal(a->total_bytes, b->total_bytes);
+    assert_int_equal(a->codec, b->codec);
+    assert_true(a->checksum == b->checksum && a->shard_checksum == b->shard_checksum);
+    assert_int_equal(a->payload.len, b->payload.len);
+    if (a->payload.len) assert_memory_equal(a->payload.data, b->payload.data, a->payload.len);
+}
+
+static void test_unpack_chunk(void **state) {
+    (void)state;
+    Autoloco__V1__ShardChunk m = good_chunk();
+    m.shard_checksum = 0x0123456789abcdefull;
+    uint8_t buf[8192], buf2[8192];
+    size_t len = protobuf_c_message_pack(&m.base, buf);
+    Autoloco__V1__ShardChunk *ref = NULL, *got = NULL;
+    EXPECT(wire_unpack(&autoloco__v1__shard_chunk__descriptor, buf, len, (ProtobufCMessage **)&ref,
+                       why, sizeof why),
+           AL_ST_OK, "");
+    EXPECT(wire_unpack_chunk(buf, len, &got, why, sizeof why), AL_ST_OK, "");
+    same_chunk(got, &m);
+    same_chunk(got, ref);
+    /* not a copy: the payload is read where it lies */
+    assert_true(got->payload.data > buf && got->payload.data < buf + len);
+    wire_free_chunk(got);
+
+    /* the payload last (as our client sends it): key 12<<3|2 = 0x62, length */
+    Autoloco__V1__ShardChunk h = m;
+    h.payload.data = NULL;
+    h.payload.len = 0;
+    size_t hl = protobuf_c_message_pack(&h.base, buf2);
+    buf2[hl++] = 0x62;
+    buf2[hl++] = (uint8_t)(0x80 | (sizeof payload & 0x7f));
+    buf2[hl++] = (uint8_t)(sizeof payload >> 7);
+    memcpy(buf2 + hl, payload, sizeof payload);
+    hl += sizeof payload;
+    EXPECT(wire_unpack_chunk(buf2, hl, &got, why, sizeof why), AL_ST_OK, "");
+    same_chunk(got, &m);
+    wire_free_chunk(got);
+
+    /* two payload fields: the last wins, as protobuf-c decides */
+    size_t l2 = len;
+    memcpy(buf2, buf, len);
+    buf2[l2++] = 0x62;
+    buf2[l2++] = 3;
+    memcpy(buf2 + l2, "xyz", 3);
+    l2 += 3;
+    protobuf_c_message_free_unpacked(&ref->base, NULL);
+    EXPECT(wire_unpack(&autoloco__v1__shard_chunk__descriptor, buf2, l2, (ProtobufCMessage **)&ref,
+                       why, sizeof why),
+           AL_ST_OK, "");
+    EXPECT(wire_unpack_chunk(buf2, l2, &got, why, sizeof why), AL_ST_OK, "");
+    assert_int_equal(ref->payload.len, 3);
+    same_chunk(got, ref);
+    wire_free_chunk(got);
+    protobuf_c_message_free_unpacked(&ref->base, NULL);
+
+    /* no payload at all: empty, as protobuf-c leaves it */
+    hl = protobuf_c_message_pack(&h.base, buf2);
+    EXPECT(wire_unpack_chunk(buf2, hl, &got, why, sizeof why), AL_ST_OK, "");
+    assert_int_equal(got->payload.len, 0);
+    assert_null(got->payload.data);
+    wire_free_chunk(got);
+
+    /* malformed: cut inside the payload, a length past the end, a cut varint,
+     * a group, field 0 -- each INVALID_ARGUMENT, nothing allocated */
+    EXPECT(wire_unpack_chunk(buf, len - 20, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
+           "malformed ShardChunk");
+    assert_null(got);
+    uint8_t bad1[] = {0x62, 0xff, 0xff, 0x03, 1, 2, 3};
+    EXPECT(wire_unpack_chunk(bad1, sizeof bad1, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
+           "malformed");
+    uint8_t bad2[] = {0x08, 0x80};
+    EXPECT(wire_unpack_chunk(bad2, sizeof bad2, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
+           "malformed");
+    uint8_t bad3[] = {0x0b, 0x0c};
+    EXPECT(wire_unpack_chunk(bad3, sizeof bad3, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
+           "malformed");
+    uint8_t bad4[] = {0x02, 0x00};
+    EXPECT(wire_unpack_chunk(bad4, sizeof bad4, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
+           "malformed");
+    /* the payload field with the wrong wire type: protobuf-c refuses the rest */
+    uint8_t bad5[] = {0x60, 0x05};
+    EXPECT(wire_unpack_chunk(bad5, sizeof bad5, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
+           "malformed");
+    assert_null(got);
+}
+
 int main(void) {
     for (size_t i = 0; i < sizeof payload; i++) payload[i] = (uint8_t)(i ^ (i >> 8));
     const struct CMUnitTest tests[] = {
@@ -247,6 +343,7 @@ int main(void) {
         cmocka_unit_test(test_chunk),
         cmocka_unit_test(test_stats_state_heartbeat),
         cmocka_unit_test(test_unpack),
+        cmocka_unit_test(test_unpack_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

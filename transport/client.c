@@ -4,8 +4,10 @@
  * Every call is driven synchronously on the client's own pluck completion
  * queue: the status batch is started first (so a server's refusal is seen
  * while we are still streaming), then messages go out one at a time, each
- * waited for before the next is packed: at most one chunk of the shard is
- * ever copied, whatever the shard's size.
+ * waited for before the next is packed. A chunk's payload is never copied:
+ * the message is its other fields, packed, then the payload field's key and
+ * length and the caller's bytes themselves (gRPC reads them in place, and the
+ * call waits for the send to finish before the caller may touch them).
  *
  * Retries. UNAVAILABLE (peer down, connection cut, TLS refused), a deadline,
  * CANCELLED, ABORTED and DATA_LOSS are retried up to max_attempts with capped
@@ -315,11 +317,10 @@ static int shard_next(void *u, grpc_byte_buffer **bb) {
     ch.total_bytes = x->m->total_bytes;
     ch.codec = (Autoloco__V1__Codec)x->m->codec;
     ch.zstd = x->m->zstd;
-    ch.payload.data = (uint8_t *)x->data + x->off; /* packed straight from the caller's buffer */
-    ch.payload.len = n;
-    ch.checksum = al_xxh64(ch.payload.data, n, 0);
+    const uint8_t *payload = x->data + x->off;
+    ch.checksum = al_xxh64(payload, n, 0);
     ch.shard_checksum = x->m->shard_checksum;
-    *bb = tu_pack(&ch.base, NULL);
+    *bb = tu_pack_with_payload(&ch.base, 12 /* ShardChunk.payload */, payload, n);
     x->off += n;
     return 1;
 }

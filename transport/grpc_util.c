@@ -136,7 +136,35 @@ grpc_byte_buffer *tu_pack(const ProtobufCMessage *m, size_t *len) {
     return bb;
 }
 
+grpc_byte_buffer *tu_pack_with_payload(const ProtobufCMessage *m, uint32_t field,
+                                       const uint8_t *payload, size_t len) {
+    /* fields may come in any order on the wire, so the bytes field can follow
+     * the others: key (field << 3 | 2, length-delimited), varint length, bytes */
+    size_t n = protobuf_c_message_get_packed_size(m);
+    grpc_slice head = grpc_slice_malloc(n + 20);
+    uint8_t *p = GRPC_SLICE_START_PTR(head);
+    protobuf_c_message_pack(m, p);
+    size_t w = n;
+    for (uint64_t v = (uint64_t)field << 3 | 2;; v >>= 7) {
+        p[w++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
+        if (v < 0x80) break;
+    }
+    for (uint64_t v = len;; v >>= 7) {
+        p[w++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
+        if (v < 0x80) break;
+    }
+    head = grpc_slice_sub_no_ref(head, 0, w);
+    grpc_slice parts[2] = {head, grpc_slice_from_static_buffer(payload, len)};
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);
+    grpc_slice_unref(head);
+    return bb;
+}
+
 grpc_slice tu_flatten(grpc_byte_buffer *bb) {
+    /* one uncompressed slice (common for small messages): share it, no copy */
+    if (bb->type == GRPC_BB_RAW && bb->data.raw.compression == GRPC_COMPRESS_NONE &&
+        bb->data.raw.slice_buffer.count == 1)
+        return grpc_slice_ref(bb->data.raw.slice_buffer.slices[0]);
     grpc_byte_buffer_reader r;
     if (!grpc_byte_buffer_reader_init(&r, bb)) return grpc_empty_slice();
     grpc_slice s = grpc_byte_buffer_reader_readall(&r);

@@ -39,6 +39,11 @@ void tu_args_init(tu_args *t, size_t max_message, const char *peer, int server);
 /* Serialise a protobuf-c message into a new byte buffer (one copy). */
 grpc_byte_buffer *tu_pack(const ProtobufCMessage *m, size_t *len);
 /* A byte buffer's bytes as one contiguous slice (unref it when done). */
+/* m packed, then one more bytes field (number `field`) holding payload, which
+ * is referenced, not copied: it must stay valid until the send completes. m
+ * itself must leave that field empty. */
+grpc_byte_buffer *tu_pack_with_payload(const ProtobufCMessage *m, uint32_t field,
+                                       const uint8_t *payload, size_t len);
 grpc_slice tu_flatten(grpc_byte_buffer *bb);
 
 gpr_timespec tu_deadline(double seconds);

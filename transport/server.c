@@ -30,6 +30,7 @@ typedef struct shard_entry {
     al_shard_meta meta;
     uint8_t *dst;
     uint64_t received;
+    al_xxh64_state hash; /* of dst[0, received): checked against shard_checksum at the end */
     uint64_t gen;
     int complete;
 } shard_entry;
@@ -316,6 +317,7 @@ static int place_chunk(al_server *s, const Autoloco__V1__ShardChunk *m, uint64_t
         }
         e = &s->shards[s->nshards++];
         *e = (shard_entry){.meta = k, .dst = dst, .gen = 1};
+        al_xxh64_init(&e->hash, 0);
     }
     if (k.total_bytes != e->meta.total_bytes || k.num_shards != e->meta.num_shards) {
         snprintf(why, n, "total_bytes: %llu, but this shard was opened with %llu",
@@ -342,9 +344,12 @@ static int place_chunk(al_server *s, const Autoloco__V1__ShardChunk *m, uint64_t
         goto out;
     }
     memcpy(e->dst + m->offset, m->payload.data, m->payload.len);
+    /* the shard's hash grows chunk by chunk (chunks arrive in offset order),
+     * over the bytes just copied while they are still in cache */
+    al_xxh64_update(&e->hash, e->dst + m->offset, m->payload.len);
     e->received += m->payload.len;
     if (e->received == e->meta.total_bytes) {
-        if (al_xxh64(e->dst, e->meta.total_bytes, 0) != e->meta.shard_checksum) {
+        if (al_xxh64_digest(&e->hash) != e->meta.shard_checksum) {
             snprintf(why, n, "shard_checksum: the assembled shard does not match; send it again");
             remove_shard(s, e); /* the sender restarts from offset 0 */
             st = AL_ST_DATA_LOSS;
@@ -371,14 +376,19 @@ static void do_push_shard(call_ctx *c) {
     grpc_slice sl;
     while ((r = read_msg(c, &sl)) == 1) {
         Autoloco__V1__ShardChunk *m;
-        st = unpack(&sl, &autoloco__v1__shard_chunk__descriptor, (ProtobufCMessage **)&m, why, WHY);
-        if (st) break;
+        /* the payload stays in the received slice: one copy, into the shard */
+        st = wire_unpack_chunk(GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &m, why, WHY);
+        if (st) {
+            grpc_slice_unref(sl);
+            break;
+        }
         if (!(st = wire_check_chunk(m, &s->lim, why, WHY)) &&
             !(st = check_identity(c, m->site, why, WHY)))
             st = place_chunk(s, m, &gen, &complete, why, WHY);
         received = m->offset + m->payload.len;
         total = m->total_bytes;
-        protobuf_c_message_free_unpacked(&m->base, NULL);
+        wire_free_chunk(m);
+        grpc_slice_unref(sl);
         if (st) break;
     }
     if (r < 0) {

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "al_codec.h"
@@ -61,6 +62,105 @@ int wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, siz
         return bad(why, n, AL_ST_INVALID_ARGUMENT, "malformed %s (%zu bytes)", desc->short_name,
                    len);
     return AL_ST_OK;
+}
+
+/* ---- shard chunks without copying their payload ---------------------------------------
+ *
+ * protobuf-c copies every bytes field it unpacks; for a chunk that is the whole
+ * payload (megabytes) for nothing, since the server copies it once more into
+ * the shard. So the top-level fields are walked here (the wire format: a varint
+ * key = field << 3 | type, then a varint, 8 bytes, a varint length and that
+ * many bytes, or 4 bytes), every `payload` field is cut out, protobuf-c unpacks
+ * the small rest, and the payload is pointed at in place. As in protobuf, the
+ * last payload field wins. */
+
+#define CHUNK_PAYLOAD_FIELD 12 /* ShardChunk.payload in proto/autoloco.proto */
+enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
+
+/* A varint at data[*pos..len): 0 and the value, or -1 if truncated/too long. */
+static int read_varint(const uint8_t *data, size_t len, size_t *pos, uint64_t *v) {
+    uint64_t x = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (*pos >= len) return -1;
+        uint8_t b = data[(*pos)++];
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int wire_unpack_chunk(const uint8_t *data, size_t len, Autoloco__V1__ShardChunk **out, char *why,
+                      size_t n) {
+    *out = NULL;
+    enum { MAX_CUTS = 8 };
+    size_t cut_at[MAX_CUTS], cut_len[MAX_CUTS], ncut = 0, cut_total = 0;
+    const uint8_t *payload = NULL;
+    size_t payload_len = 0, pos = 0;
+    while (pos < len) {
+        size_t start = pos;
+        uint64_t key, v;
+        if (read_varint(data, len, &pos, &key) || (key >> 3) == 0 || (key >> 3) > UINT32_MAX)
+            return bad(why, n, AL_ST_INVALID_ARGUMENT, "malformed ShardChunk (%zu bytes)", len);
+        int ok = 1;
+        switch (key & 7) {
+        case WT_VARINT:
+            ok = !read_varint(data, len, &pos, &v);
+            break;
+        case WT_I64:
+            ok = len - pos >= 8, pos += 8;
+            break;
+        case WT_I32:
+            ok = len - pos >= 4, pos += 4;
+            break;
+        case WT_LEN:
+            ok = !read_varint(data, len, &pos, &v) && v <= len - pos;
+            if (ok && (key >> 3) == CHUNK_PAYLOAD_FIELD) {
+                if (ncut == MAX_CUTS)
+                    return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                               "payload: more than %d payload fields in one chunk", MAX_CUTS);
+                payload = data + pos;
+                payload_len = (size_t)v;
+                cut_at[ncut] = start;
+                cut_len[ncut] = pos + (size_t)v - start;
+                cut_total += cut_len[ncut++];
+            }
+            if (ok) pos += (size_t)v;
+            break;
+        default:
+            ok = 0; /* groups (3, 4) and reserved types: not in this schema */
+        }
+        if (!ok)
+            return bad(why, n, AL_ST_INVALID_ARGUMENT, "malformed ShardChunk (%zu bytes)", len);
+    }
+    /* the rest, without the payload fields, through protobuf-c */
+    size_t rest_len = len - cut_total;
+    uint8_t small[512], *rest = rest_len <= sizeof small ? small : malloc(rest_len);
+    if (!rest) return bad(why, n, AL_ST_RESOURCE_EXHAUSTED, "ShardChunk: out of memory");
+    size_t from = 0, w = 0;
+    for (size_t i = 0; i < ncut; i++) {
+        memcpy(rest + w, data + from, cut_at[i] - from);
+        w += cut_at[i] - from;
+        from = cut_at[i] + cut_len[i];
+    }
+    if (len > from) memcpy(rest + w, data + from, len - from);
+    Autoloco__V1__ShardChunk *m = (Autoloco__V1__ShardChunk *)protobuf_c_message_unpack(
+        &autoloco__v1__shard_chunk__descriptor, NULL, rest_len, rest);
+    if (rest != small) free(rest);
+    if (!m) return bad(why, n, AL_ST_INVALID_ARGUMENT, "malformed ShardChunk (%zu bytes)", len);
+    m->payload.data = (uint8_t *)payload; /* NULL when absent, as protobuf-c leaves it */
+    m->payload.len = payload_len;
+    *out = m;
+    return AL_ST_OK;
+}
+
+void wire_free_chunk(Autoloco__V1__ShardChunk *m) {
+    if (!m) return;
+    m->payload.data = NULL; /* not protobuf-c's to free */
+    m->payload.len = 0;
+    protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
 static int check_common(uint32_t schema, const char *site, char *why, size_t n) {

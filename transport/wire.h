@@ -24,6 +24,13 @@ typedef struct wire_limits {
 int wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                 ProtobufCMessage **msg, char *why, size_t n);
 
+/* A ShardChunk whose payload is not copied: (*m)->payload points into data,
+ * which must outlive *m. Same statuses as wire_unpack. Free with
+ * wire_free_chunk (never with protobuf_c_message_free_unpacked). */
+int wire_unpack_chunk(const uint8_t *data, size_t len, Autoloco__V1__ShardChunk **m, char *why,
+                      size_t n);
+void wire_free_chunk(Autoloco__V1__ShardChunk *m);
+
 int wire_check_hello(const Autoloco__V1__Handshake *m, char *why, size_t n);
 int wire_check_chunk(const Autoloco__V1__ShardChunk *m, const wire_limits *lim, char *why,
                      size_t n);

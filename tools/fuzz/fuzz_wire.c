@@ -1,10 +1,13 @@
 /*
  * fuzz_wire.c -- libFuzzer target: arbitrary bytes as each message of the
  * wire schema, through protobuf-c's unpacker and transport/wire.c's checks,
- * exactly as the server meets them. The first byte picks the message type.
+ * exactly as the server meets them; shard chunks also through the server's
+ * zero-copy decoder, checked against protobuf-c's reading. The first byte picks the message type.
  * Built and run by tools/fuzz/smoke.
  */
 #include "wire.h"
+
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -19,6 +22,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const ProtobufCMessageDescriptor *d = descs[data[0] % (sizeof descs / sizeof descs[0])];
     ProtobufCMessage *m = NULL;
     char why[400];
+    if (d == &autoloco__v1__shard_chunk__descriptor) {
+        /* the server's zero-copy decoder must never read out of bounds, and
+         * where both decoders accept, it must read what protobuf-c reads */
+        Autoloco__V1__ShardChunk *z = NULL;
+        if (!wire_unpack_chunk(data + 1, size - 1, &z, why, sizeof why)) {
+            if (z->payload.len) {
+                if (z->payload.data < data + 1 || z->payload.data + z->payload.len > data + size)
+                    __builtin_trap();
+            }
+            ProtobufCMessage *ref = NULL;
+            if (!wire_unpack(d, data + 1, size - 1, &ref, why, sizeof why)) {
+                Autoloco__V1__ShardChunk *r = (Autoloco__V1__ShardChunk *)ref;
+                if (r->payload.len != z->payload.len || r->offset != z->offset ||
+                    r->checksum != z->checksum ||
+                    (r->payload.len && memcmp(r->payload.data, z->payload.data, r->payload.len)))
+                    __builtin_trap();
+                protobuf_c_message_free_unpacked(ref, NULL);
+            }
+            wire_limits lim0 = {
+                .num_shards = 4, .max_shard_bytes = 1 << 20, .max_payload = 1 << 16};
+            al_shard_meta meta0;
+            if (!wire_check_chunk(z, &lim0, why, sizeof why)) wire_meta_from(&meta0, z);
+            wire_free_chunk(z);
+        }
+    }
     if (wire_unpack(d, data + 1, size - 1, &m, why, sizeof why)) return 0;
     wire_limits lim = {.num_shards = 4, .max_shard_bytes = 1 << 20, .max_payload = 1 << 16};
     al_hello h;
