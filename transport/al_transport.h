@@ -12,7 +12,7 @@
  * TLS handshake: the client sees UNAVAILABLE, like an outage (it retries a
  * capped number of times, then gives up with the last status).
  *
- * Memory. A shard streams as chunks (4 MiB by default) straight from the
+ * Memory. A shard streams as chunks (1 MiB by default) straight from the
  * sender's buffer into the destination the receiver's `shard_open` hook gives:
  * neither side ever holds a second full copy, whatever the shard's size.
  *
@@ -180,8 +180,8 @@ typedef struct al_client_cfg {
     const char *run_id; /* sent when pulling state */
     al_tls_paths tls;
     int insecure;
-    size_t chunk_bytes; /* default 4 MiB */
-    size_t max_message; /* default chunk_bytes + 64 KiB */
+    size_t chunk_bytes; /* default 1 MiB */
+    size_t max_message; /* default max(chunk_bytes, 4 MiB) + 64 KiB */
     double deadline_s;  /* per call (default 60) */
     int max_attempts;   /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
     double backoff_s, backoff_max_s; /* capped exponential backoff, full jitter (0.1, 5) */

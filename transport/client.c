@@ -517,7 +517,10 @@ int al_client_new(const al_client_cfg *cfg, al_client **out, al_err *err) {
     c->cfg.peer = c->peer;
     c->cfg.run_id = cfg->run_id ? cfg->run_id : "";
     if (!c->cfg.chunk_bytes) c->cfg.chunk_bytes = AL_DEFAULT_CHUNK;
-    if (!c->cfg.max_message) c->cfg.max_message = c->cfg.chunk_bytes + AL_MSG_OVERHEAD;
+    /* what we send, and what a server may send us (state parts): up to the
+     * largest chunk any side uses by default */
+    if (!c->cfg.max_message)
+        c->cfg.max_message = AL_MAX(c->cfg.chunk_bytes, AL_DEFAULT_MAX_CHUNK) + AL_MSG_OVERHEAD;
     if (c->cfg.deadline_s <= 0) c->cfg.deadline_s = 60;
     if (c->cfg.max_attempts <= 0) c->cfg.max_attempts = 6;
     if (c->cfg.backoff_s <= 0) c->cfg.backoff_s = 0.1;

@@ -15,8 +15,13 @@
 #include "autoloco.pb-c.h"
 
 #define AL_METHOD_PREFIX "/autoloco.v1.Site/"
-#define AL_DEFAULT_CHUNK (4u << 20)
-#define AL_MSG_OVERHEAD  (64u << 10) /* room for a chunk's fields beside its payload */
+/* Shard chunk: 1 MiB stays in L2 between the decrypt, the checksum and the
+ * copy into the shard, and bounds what a cut connection re-sends. */
+#define AL_DEFAULT_CHUNK   (1u << 20)
+#define AL_HTTP2_MAX_FRAME (1 << 20)
+/* what a server accepts by default: chunks of up to 4 MiB (+ overhead) */
+#define AL_DEFAULT_MAX_CHUNK (4u << 20)
+#define AL_MSG_OVERHEAD      (64u << 10) /* room for a chunk's fields beside its payload */
 
 /* Read a PEM file. For a key (is_key), refuse a file that others than its
  * owner may read or write (AL_ECONFIG): a key is a site's identity. */

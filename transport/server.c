@@ -565,7 +565,8 @@ static void do_pull_state(call_ctx *c) {
     pthread_mutex_lock(&s->mu);
     uint64_t round = s->round, epoch = s->epoch;
     pthread_mutex_unlock(&s->mu);
-    size_t chunk = s->cfg.max_message - AL_MSG_OVERHEAD;
+    /* the default chunk, as clients send: any client accepts that much */
+    size_t chunk = AL_MIN((size_t)AL_DEFAULT_CHUNK, s->cfg.max_message - AL_MSG_OVERHEAD);
     uint64_t off = 0;
     do { /* at least one chunk, so that an empty part still arrives */
         Autoloco__V1__StateChunk ch = AUTOLOCO__V1__STATE_CHUNK__INIT;
@@ -682,7 +683,7 @@ int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err) {
     s->cfg.run_id = s->run_id;
     s->cfg.peers = NULL;
     if (s->cfg.threads <= 0) s->cfg.threads = 4;
-    if (!s->cfg.max_message) s->cfg.max_message = AL_DEFAULT_CHUNK + AL_MSG_OVERHEAD;
+    if (!s->cfg.max_message) s->cfg.max_message = AL_DEFAULT_MAX_CHUNK + AL_MSG_OVERHEAD;
     if (s->cfg.max_message <= AL_MSG_OVERHEAD) s->cfg.max_message = AL_MSG_OVERHEAD + 1024;
     if (!s->cfg.num_shards) s->cfg.num_shards = 1;
     if (!s->cfg.max_shard_bytes) s->cfg.max_shard_bytes = (UINT64_C(1) << 30) + AL_MSG_OVERHEAD;
