@@ -114,6 +114,7 @@ static double self_cpu_s(void) {
 
 typedef struct send_result {
     double MBps, cpu_s_per_GB, seconds;
+    double client_cpu_s_per_GB, server_cpu_s_per_GB; /* the two shares of cpu_s_per_GB */
 } send_result;
 
 static int send_once(const char *target, int insecure, const char *dir, const uint8_t *data,
@@ -147,14 +148,16 @@ static int send_once(const char *target, int insecure, const char *dir, const ui
     uint64_t got;
     int complete;
     rc = al_client_query_shard(c, &m, &got, &complete, err); /* connect before timing */
-    double c0 = self_cpu_s() + proc_cpu_s(child), t0 = al_now();
+    double cc0 = self_cpu_s(), sc0 = proc_cpu_s(child), t0 = al_now();
     if (!rc) rc = al_client_push_shard(c, &m, data, err);
-    double t = al_now() - t0, cpu = self_cpu_s() + proc_cpu_s(child) - c0;
+    double t = al_now() - t0, ccpu = self_cpu_s() - cc0, scpu = proc_cpu_s(child) - sc0;
     al_client_free(c);
     if (rc) return rc;
     r->seconds = t;
     r->MBps = (double)n / 1e6 / t;
-    r->cpu_s_per_GB = cpu / ((double)n / 1e9);
+    r->cpu_s_per_GB = (ccpu + scpu) / ((double)n / 1e9);
+    r->client_cpu_s_per_GB = ccpu / ((double)n / 1e9);
+    r->server_cpu_s_per_GB = scpu / ((double)n / 1e9);
     return 0;
 }
 
@@ -197,17 +200,20 @@ static int bench_codec(const char *name, const float *x, uint64_t n, codec_resul
     return rc;
 }
 
+enum { MAX_REPEAT = 15 };
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+/* median of v[0..n) (n <= MAX_REPEAT); v keeps its order */
+static double median(const double *v, int n) {
+    double s[MAX_REPEAT];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
-
-enum { MAX_REPEAT = 15 };
 
 int al_bench_transport(int argc, char **argv, al_err *err) {
     long mib = 256, wanem_mbit = 0, repeat = 3, chunk_kib = 1024; /* the client's default chunk */
@@ -268,6 +274,7 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
     char target[64];
     send_result tls = {0}, plain = {0}, wan = {0};
     double t_mb[MAX_REPEAT], t_cpu[MAX_REPEAT], p_mb[MAX_REPEAT], p_cpu[MAX_REPEAT];
+    double t_ccpu[MAX_REPEAT], t_scpu[MAX_REPEAT];
     /* one untimed warm-up each (first connection's buffers, allocator
      * arenas), then alternate the two so that a burst of load elsewhere hits
      * both alike; every send is a new shard id, so none is refused as a repeat */
@@ -284,6 +291,7 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
                        pid, &r, err);
         if (rc) break;
         t_mb[k] = r.MBps, t_cpu[k] = r.cpu_s_per_GB;
+        t_ccpu[k] = r.client_cpu_s_per_GB, t_scpu[k] = r.server_cpu_s_per_GB;
         snprintf(target, sizeof target, "127.0.0.1:%d", ports[1]);
         rc = send_once(target, 1, dir, (const uint8_t *)x, nbytes, (uint32_t)(4 + 2 * k), chunk,
                        pid, &r, err);
@@ -291,12 +299,14 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
         p_mb[k] = r.MBps, p_cpu[k] = r.cpu_s_per_GB;
         if (repeat > 1)
             fprintf(stderr,
-                    "transport run %d/%ld: mTLS %.0f MB/s (%.2f CPU s/GB), insecure %.0f MB/s "
-                    "(%.2f CPU s/GB)\n",
-                    k + 1, repeat, t_mb[k], t_cpu[k], p_mb[k], p_cpu[k]);
+                    "transport run %d/%ld: mTLS %.0f MB/s (%.2f CPU s/GB: client %.2f, server "
+                    "%.2f), insecure %.0f MB/s (%.2f CPU s/GB)\n",
+                    k + 1, repeat, t_mb[k], t_cpu[k], t_ccpu[k], t_scpu[k], p_mb[k], p_cpu[k]);
     }
     if (!rc) {
         tls.MBps = median(t_mb, (int)repeat), tls.cpu_s_per_GB = median(t_cpu, (int)repeat);
+        tls.client_cpu_s_per_GB = median(t_ccpu, (int)repeat);
+        tls.server_cpu_s_per_GB = median(t_scpu, (int)repeat);
         plain.MBps = median(p_mb, (int)repeat), plain.cpu_s_per_GB = median(p_cpu, (int)repeat);
         printf("transport: %llu MiB fp32 shard in %u KiB chunks, median of %ld: mTLS %.0f MB/s "
                "(%.2f CPU s/GB), insecure %.0f MB/s (%.2f CPU s/GB), ratio %.2f\n",
@@ -335,9 +345,10 @@ int al_bench_transport(int argc, char **argv, al_err *err) {
         printf(
             "{\"bench\": \"transport\", \"bytes\": %llu, \"mtls_MBps\": %.1f, \"insecure_MBps\": "
             "%.1f, \"mtls_cpu_s_per_GB\": %.3f, \"insecure_cpu_s_per_GB\": %.3f, \"repeat\": %ld, "
-            "\"chunk_bytes\": %u, \"mtls_MBps_runs\": [",
+            "\"chunk_bytes\": %u, \"mtls_client_cpu_s_per_GB\": %.3f, "
+            "\"mtls_server_cpu_s_per_GB\": %.3f, \"mtls_MBps_runs\": [",
             (unsigned long long)nbytes, tls.MBps, plain.MBps, tls.cpu_s_per_GB, plain.cpu_s_per_GB,
-            repeat, chunk);
+            repeat, chunk, tls.client_cpu_s_per_GB, tls.server_cpu_s_per_GB);
         for (int k = 0; k < repeat; k++) printf("%s%.1f", k ? ", " : "", t_mb[k]);
         printf("], \"insecure_MBps_runs\": [");
         for (int k = 0; k < repeat; k++) printf("%s%.1f", k ? ", " : "", p_mb[k]);
