@@ -39,6 +39,8 @@ void al_cuda_release(al_cuda *g, void *p);
 int al_cuda_upload(al_cuda *g, void *dst, const void *src, size_t bytes, al_err *err);
 int al_cuda_download(al_cuda *g, void *dst, const void *src, size_t bytes, al_err *err);
 int al_cuda_zero(al_cuda *g, void *p, size_t bytes, al_err *err);
+/* device to device, on the stream (does not wait) */
+int al_cuda_copy(al_cuda *g, void *dst, const void *src, size_t bytes, al_err *err);
 
 void al_encoder_forward_cuda(al_cuda *g, float *out, const int *tok, const int *pos,
                              const float *wte, const float *wpe, int N, int C);
@@ -68,6 +70,12 @@ void al_crossentropy_backward_cuda(al_cuda *g, float *logits, const int *target,
                                    int V, int Vp);
 void al_adamw_update_cuda(al_cuda *g, float *p, const float *grad, float *m, float *v, size_t n,
                           float lr, float beta1, float beta2, float eps, float wd, int t);
+/* Sum of squares: AL_CUDA_SUMSQ_BLOCKS partial sums (double, device memory);
+ * the caller adds them in order. Repeatable for a given n. */
+#define AL_CUDA_SUMSQ_BLOCKS 1024
+void al_sumsq_cuda(al_cuda *g, double *partials, const float *x, size_t n);
+/* x *= s */
+void al_scale_cuda(al_cuda *g, float *x, size_t n, float s);
 
 #ifdef __cplusplus
 }
