@@ -8,6 +8,7 @@
 
 #ifdef AL_HAVE_CUDA
 int al_backend_cuda_open(const al_backend **be, int device, al_err *err);
+int al_backend_cuda_count(void);
 #endif
 
 static int cpu_alloc(void *ctx, void **p, size_t bytes, al_err *err) {
@@ -65,6 +66,14 @@ int al_backend_has_cuda(void) {
 #else
     return 0;
 #endif
+}
+
+int al_backend_device_count(const char *name) {
+    if (!strcmp(name, "cpu")) return 1;
+#ifdef AL_HAVE_CUDA
+    if (!strcmp(name, "cuda")) return al_backend_cuda_count();
+#endif
+    return 0;
 }
 
 int al_backend_open(const al_backend **be, const char *name, int device, al_err *err) {

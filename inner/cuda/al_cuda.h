@@ -28,6 +28,8 @@ typedef struct al_cuda {
     char name[256];
 } al_cuda;
 
+/* GPUs CUDA can use (0 when there is no driver or device). */
+int al_cuda_device_count(void);
 /* Pick `device`, create a stream and a cuBLAS handle. */
 int al_cuda_init(al_cuda *g, int device, al_err *err);
 void al_cuda_free(al_cuda *g);
@@ -76,6 +78,8 @@ void al_adamw_update_cuda(al_cuda *g, float *p, const float *grad, float *m, flo
 void al_sumsq_cuda(al_cuda *g, double *partials, const float *x, size_t n);
 /* x *= s */
 void al_scale_cuda(al_cuda *g, float *x, size_t n, float s);
+/* acc += x (acc may be another process's memory opened through CUDA IPC) */
+void al_add_cuda(al_cuda *g, float *acc, const float *x, size_t n);
 
 #ifdef __cplusplus
 }

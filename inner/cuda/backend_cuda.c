@@ -157,6 +157,11 @@ static void cu_close(al_backend *be) {
     free(b);
 }
 
+int al_backend_cuda_count(void);
+int al_backend_cuda_count(void) {
+    return al_cuda_device_count();
+}
+
 int al_backend_cuda_open(const al_backend **out, int device, al_err *err);
 int al_backend_cuda_open(const al_backend **out, int device, al_err *err) {
     *out = NULL;
@@ -180,6 +185,7 @@ int al_backend_cuda_open(const al_backend **out, int device, al_err *err) {
     snprintf(b->vt.device, sizeof b->vt.device, "%s", b->g.name);
     b->vt.on_host = 0;
     b->vt.ctx = b;
+    b->vt.stream = b->g.stream;
     b->vt.close = cu_close;
     *out = &b->vt;
     return 0;

@@ -22,6 +22,11 @@ static unsigned blocks_for(size_t n, unsigned threads) {
 
 /* ---- context -------------------------------------------------------------------- */
 
+extern "C" int al_cuda_device_count(void) {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 extern "C" int al_cuda_init(al_cuda *g, int device, al_err *err) {
     memset(g, 0, sizeof *g);
     int count = 0;
@@ -483,6 +488,15 @@ __global__ static void scale_kernel(float *x, size_t n, float s) {
 
 extern "C" void al_scale_cuda(al_cuda *g, float *x, size_t n, float s) {
     if (n) scale_kernel<<<blocks_for(n, 256), 256, 0, STREAM(g)>>>(x, n, s);
+}
+
+__global__ static void add_kernel(float *acc, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += x[i];
+}
+
+extern "C" void al_add_cuda(al_cuda *g, float *acc, const float *x, size_t n) {
+    if (n) add_kernel<<<blocks_for(n, 256), 256, 0, STREAM(g)>>>(acc, x, n);
 }
 
 extern "C" int al_cuda_copy(al_cuda *g, void *dst, const void *src, size_t n, al_err *err) {
