@@ -410,6 +410,8 @@ static int worker_open(worker *k) {
                       e->o.mode == AL_MODE_FSDP, k->err);
     free(lens);
     if (rc == 0) rc = sync_state(k, 1);
+    /* every owner's shards hold the state before anyone's first get */
+    if (rc == 0) rc = barrier(k);
     return rc;
 #else
     return al_errf(k->err, AL_EUNSUPPORTED, "this build has no CUDA backend with NCCL");
