@@ -147,8 +147,15 @@ static size_t buf_len(const worker *k, int u) {
     return k->on_gpu ? al_nccl_chunk(n, k->W) * (size_t)k->W : n;
 }
 
-/* The arrays a worker owns a slice of, and where its slice of unit u is. */
-enum { OWN_PARAMS, OWN_GRAD, OWN_M, OWN_V, OWN_SLOT };
+/* The arrays a worker owns a slice of (numbered as the GPU transport numbers
+ * them: own() passes `which` through), and where its slice of unit u is. */
+enum {
+    OWN_PARAMS = (int)AL_NCCL_PARAMS,
+    OWN_GRAD = (int)AL_NCCL_GRAD,
+    OWN_M = (int)AL_NCCL_M,
+    OWN_V = (int)AL_NCCL_V,
+    OWN_SLOT = (int)AL_NCCL_SLOT
+};
 static float *own(worker *k, int which, int u) {
 #ifdef AL_HAVE_NCCL
     if (k->on_gpu) return al_nccl_own(&k->gpu, which, u);

@@ -32,10 +32,10 @@ extern "C" int al_cuda_init(al_cuda *g, int device, al_err *err) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess)
-        return al_errf(err, AL_EUNSUPPORTED, "no usable CUDA device: %s", cudaGetErrorString(e));
+        return al_errf(err, AL_EUNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(e));
     if (device < 0 || device >= count)
-        return al_errf(err, AL_EUNSUPPORTED, "CUDA device %d requested, %d present", device,
-                       count);
+        return al_errf(err, AL_EUNSUPPORTED, "no CUDA device: device %d requested, %d present",
+                       device, count);
     if ((e = cudaSetDevice(device)) != cudaSuccess)
         return al_errf(err, AL_EIO, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
     cudaDeviceProp prop;
