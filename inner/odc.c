@@ -44,10 +44,13 @@ int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, con
     if (e->o.threads < 1) e->o.threads = 1;
     if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
         return al_errf(err, AL_EINVAL, "unknown device '%s' (cpu, cuda)", o->device);
+    if (o->device && !strcmp(o->device, "cuda") && !al_backend_has_cuda())
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "this build has no CUDA backend (configure with -Dcuda=enabled)");
     if (o->device && !strcmp(o->device, "cuda") && !al_odc_gpu_available())
         return al_errf(err, AL_EUNSUPPORTED,
-                       "this build has no CUDA backend with NCCL (configure with -Dcuda=enabled "
-                       "and NCCL installed)");
+                       "this build has no NCCL, which GPU workers need (NCCL was not found when "
+                       "it was configured)");
     if (o->bal.budget < 1 || o->bal.budget > cfg->T)
         return al_errf(err, AL_EINVAL,
                        "token budget %d per microbatch: must be 1..%d (the context)", o->bal.budget,
@@ -407,11 +410,11 @@ static int worker_open(worker *k) {
     int ndev = al_backend_device_count("cuda"), rc;
     if ((rc = al_backend_open(&k->be, "cuda", ndev > 0 ? k->w % ndev : 0, k->err))) {
         k->be = al_backend_cpu();
-        return al_err_prefix(k->err, "worker %d", k->w);
+        return rc; /* al_shm_run names the worker */
     }
     k->on_gpu = 1;
     size_t *lens = malloc((size_t)e->lay.nunits * sizeof(size_t));
-    if (!lens) return al_errf(k->err, AL_ENOMEM, "worker %d: out of memory", k->w);
+    if (!lens) return al_errf(k->err, AL_ENOMEM, "GPU transport: out of memory");
     for (int u = 0; u < e->lay.nunits; u++) lens[u] = unit_len(e, u);
     rc = al_nccl_open(&k->gpu, k->be, k->s, e->gpu_shared, lens, e->lay.nunits,
                       e->o.mode == AL_MODE_FSDP, k->err);
@@ -453,7 +456,7 @@ static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {
     for (int i = 0; i < 6 && rc == 0; i++)
         rc = AL_BE(be, alloc, (void **)bufs[i], lens[i] * sizeof(float), err);
     if (rc) {
-        al_err_prefix(err, "worker %d: gather buffers", w);
+        al_err_prefix(err, "gather buffers");
         goto out;
     }
     e->pool_bytes[w] = (double)(2 * (n0 + nf + nb)) * sizeof(float);

@@ -16,7 +16,7 @@ int al_nccl_available(void) {
 
 static void nccl_fail(al_nccl *x, ncclResult_t r, const char *what) {
     if (r == ncclSuccess || x->rc) return;
-    x->rc = al_errf(&x->err, AL_EIO, "worker %d: %s: %s", x->w, what, ncclGetErrorString(r));
+    x->rc = al_errf(&x->err, AL_EIO, "%s: %s", what, ncclGetErrorString(r));
 }
 
 float *al_nccl_own(const al_nccl *x, int which, int u) {
@@ -66,15 +66,14 @@ int al_nccl_open(al_nccl *x, const al_backend *be, al_shm *s, void *shared, cons
     if (rc == 0) rc = AL_BE(be, sync, err);
     if (rc) {
         al_nccl_close(x);
-        return al_err_prefix(err, "worker %d: sharded state (%zu bytes)", x->w, bytes);
+        return al_err_prefix(err, "sharded state (%zu bytes)", bytes);
     }
     char *handles = (char *)shared + AL_NCCL_ID_BYTES;
     cudaIpcMemHandle_t h;
     cudaError_t e = cudaIpcGetMemHandle(&h, x->peer[x->w]);
     if (e != cudaSuccess) {
         al_nccl_close(x);
-        return al_errf(err, AL_EIO, "worker %d: cudaIpcGetMemHandle: %s", x->w,
-                       cudaGetErrorString(e));
+        return al_errf(err, AL_EIO, "cudaIpcGetMemHandle: %s", cudaGetErrorString(e));
     }
     memcpy(handles + (size_t)x->w * AL_NCCL_HANDLE_BYTES, &h, sizeof h);
     if (collective && x->w == 0) {
@@ -98,7 +97,7 @@ int al_nccl_open(al_nccl *x, const al_backend *be, al_shm *s, void *shared, cons
         e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
         if (e != cudaSuccess) {
             al_nccl_close(x);
-            return al_errf(err, AL_EIO, "worker %d: cudaIpcOpenMemHandle of worker %d: %s", x->w, o,
+            return al_errf(err, AL_EIO, "cudaIpcOpenMemHandle of worker %d: %s", o,
                            cudaGetErrorString(e));
         }
         x->peer[o] = p;
@@ -110,8 +109,7 @@ int al_nccl_open(al_nccl *x, const al_backend *be, al_shm *s, void *shared, cons
         ncclResult_t r = ncclCommInitRank(&comm, x->W, id, x->w);
         if (r != ncclSuccess) {
             al_nccl_close(x);
-            return al_errf(err, AL_EIO, "worker %d: ncclCommInitRank: %s", x->w,
-                           ncclGetErrorString(r));
+            return al_errf(err, AL_EIO, "ncclCommInitRank: %s", ncclGetErrorString(r));
         }
         x->comm = comm;
     }
