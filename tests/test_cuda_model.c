@@ -9,9 +9,12 @@
  * Tolerances (fp32 on both, cuBLAS in pedantic fp32 mode, no TF32; the
  * devices differ only in summation order): loss and gradients 1e-4 relative
  * (per tensor, to the CPU tensor's largest magnitude); training: every step's
- * loss 1e-4 relative, parameters after five steps 1e-3 relative per tensor
- * (AdamW divides by sqrt(v), which amplifies the gradients' rounding where a
- * gradient is near zero). Without a usable GPU: "SKIP: <reason>", exit 77.
+ * loss and gradient norm 1e-4 relative, parameters after five steps 1e-4
+ * relative to the largest parameter (the measure tests/test_odc.c uses: AdamW
+ * divides by sqrt(v), which amplifies rounding where a gradient is near zero,
+ * so a per-tensor measure would punish small tensors for what is absolute
+ * noise of the order of lr * 1e-2). Without a usable GPU: "SKIP: <reason>",
+ * exit 77.
  */
 #include "al_test.h"
 
@@ -22,7 +25,7 @@
 
 enum { B = 4, T = 32, STEPS = 5 };
 #define TOL       1e-4
-#define TOL_TRAIN 1e-3
+#define TOL_TRAIN 1e-4
 
 static const al_backend *g_be; /* the CUDA backend of this process (fixture) */
 
@@ -139,10 +142,11 @@ static void test_training_tracks_cpu(void **state) {
         assert_err_below("step gradient norm", fabs(sg.grad_norm - sc.grad_norm) / sc.grad_norm,
                          TOL);
     }
-    float *gp = host_copy(&tg.model, tg.model.params, tg.model.lay.nparams);
-    compare_tensors("parameters after 5 AdamW steps", &tc.model.lay, gp, tc.model.params,
-                    TOL_TRAIN);
-    free(gp);
+    size_t P = tg.model.lay.nparams;
+    float *gp = host_copy(&tg.model, tg.model.params, P);
+    double *ref = t_to_d(tc.model.params, P);
+    assert_err_below("parameters after 5 AdamW steps", t_max_rel_err(gp, ref, P), TOL_TRAIN);
+    free(gp), free(ref);
     for (int i = 0; i < 2; i++) al_batch_free(&mb[i]);
     al_trainer_free(&tc);
     al_trainer_free(&tg);
