@@ -10,7 +10,8 @@
  *    CPU engine with the same W.
  *  - fsdp on GPUs over NCCL, W = 1 and, where at least W GPUs exist, W = 2, 3
  *    (NCCL refuses two ranks on one device: with fewer GPUs that W is skipped,
- *    and the test says so): the same tolerances against the same reference.
+ *    and the test says so): the same tolerances against the same reference,
+ *    and parameters within TOL_PARAM of GPU odc with the same W.
  *
  * Tolerances: TOL_PARAM 1e-4, TOL_LOSS 1e-5. The devices differ in fp32
  * summation order (and the GPU engine cuts units into ceil(n/W) chunks), as
@@ -193,7 +194,7 @@ static void test_gpu_engines(void **state) {
     float *ref = malloc(P * sizeof(float)), *got = malloc(P * sizeof(float));
     double ref_loss[STEPS], loss[STEPS];
     reference(f, &mc, ref, ref_loss);
-    double *refd = t_to_d(ref, P);
+    double *refd = t_to_d(ref, P), *odcd[4] = {0};
     char what[96];
     for (int W = 1; W <= 3; W++) {
         /* the CPU engine with the same W, then the GPU engine */
@@ -207,6 +208,7 @@ static void test_gpu_engines(void **state) {
         snprintf(what, sizeof what, "cuda odc W=%d vs cpu odc W=%d: params", W, W);
         assert_err_below(what, t_max_rel_err(got, cpud, P), TOL_PARAM);
         free(cpud);
+        odcd[W] = t_to_d(got, P);
     }
     for (int W = 1; W <= 3; W++) {
         if (W > f->ngpu) {
@@ -219,7 +221,10 @@ static void test_gpu_engines(void **state) {
             fail_msg("cuda fsdp W=%d: %s", W, err.msg);
         snprintf(what, sizeof what, "cuda fsdp W=%d vs cpu trainer:", W);
         check(what, got, loss, refd, ref_loss, P);
+        snprintf(what, sizeof what, "cuda fsdp W=%d vs cuda odc W=%d: params", W, W);
+        assert_err_below(what, t_max_rel_err(got, odcd[W], P), TOL_PARAM);
     }
+    for (int W = 1; W <= 3; W++) free(odcd[W]);
     free(refd), free(ref), free(got);
     al_layout_free(&lay);
 }
