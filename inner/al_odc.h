@@ -88,7 +88,9 @@ typedef struct al_odc_opts {
      * units over transport/nccl (CUDA IPC for odc, NCCL collectives for
      * fsdp). The segment still holds the state between runs (uploaded at a
      * run's start, downloaded at its end) and the barriers. */
-    const char *device;
+    const char *device; /* (tests: "staged" = the GPU engine's code path -- chunked
+                         * shards, transport/nccl in host mode -- on the CPU
+                         * kernels behind on_host = 0; odc only) */
     double barrier_timeout_s;
     int record_steps; /* how many recent steps' stats are kept (<= 0: 64) */
     /* fault injection for tests: worker fault_worker kills itself with SIGKILL
@@ -116,6 +118,7 @@ typedef struct al_odc {
     double *peak_gathered;  /* [W] bytes */
     double *pool_bytes;     /* [W] bytes of the gather buffers */
     void *gpu_shared;       /* AL_NCCL_SHARED_BYTES: IPC handles, NCCL id (GPU runs) */
+    float *staged_region;   /* device "staged": the owners' arrays (host-mode transport) */
 } al_odc;
 
 /* Create the segment and initialise parameters exactly as al_trainer_init

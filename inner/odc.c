@@ -32,6 +32,17 @@ static size_t align16(size_t n) {
     return (n + 15) / 16 * 16;
 }
 
+static size_t unit_len(const al_odc *e, int u) {
+    return e->lay.unit_off[u + 1] - e->lay.unit_off[u];
+}
+
+/* The unit sizes, as transport/nccl wants them (free the result). */
+static size_t *unit_lens(const al_odc *e) {
+    size_t *lens = malloc((size_t)e->lay.nunits * sizeof(size_t));
+    for (int u = 0; lens && u < e->lay.nunits; u++) lens[u] = unit_len(e, u);
+    return lens;
+}
+
 int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, const al_tokens *data,
                 al_odc_source_fn src, void *src_ctx, al_err *err) {
     memset(e, 0, sizeof *e);
@@ -42,8 +53,11 @@ int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, con
     e->src_ctx = src_ctx;
     if (e->o.record_steps <= 0) e->o.record_steps = 64;
     if (e->o.threads < 1) e->o.threads = 1;
-    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
+    int staged = o->device && !strcmp(o->device, "staged");
+    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda") && !staged)
         return al_errf(err, AL_EINVAL, "unknown device '%s' (cpu, cuda)", o->device);
+    if (staged && o->mode != AL_MODE_ODC)
+        return al_errf(err, AL_EINVAL, "device 'staged' (host-mode GPU transport): odc only");
     if (o->device && !strcmp(o->device, "cuda") && !al_backend_has_cuda())
         return al_errf(err, AL_EUNSUPPORTED,
                        "this build has no CUDA backend (configure with -Dcuda=enabled)");
@@ -61,6 +75,17 @@ int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, con
     size_t floats = (4 + W) * P;
     size_t bytes = floats * sizeof(float) + (size_t)e->o.record_steps * sizeof(al_odc_step_stats) +
                    2 * AL_SHM_MAX_WORKERS * sizeof(double) + AL_NCCL_SHARED_BYTES;
+    size_t staged_floats = 0; /* staged: the owners' arrays of the host-mode transport */
+    if (staged) {
+        size_t *lens = unit_lens(e);
+        if (!lens) {
+            al_layout_free(&e->lay);
+            return al_errf(err, AL_ENOMEM, "engine: out of memory");
+        }
+        staged_floats = W * (AL_NCCL_SLOT + W) * al_nccl_own_floats(lens, e->lay.nunits, (int)W);
+        free(lens);
+        bytes += 64 + staged_floats * sizeof(float);
+    }
     al_shm_opts so = {o->site, o->workers, bytes, o->barrier_timeout_s, 2.0};
     if ((rc = al_shm_create(&e->shm, &so, err))) {
         al_layout_free(&e->lay);
@@ -76,6 +101,10 @@ int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, con
     e->peak_gathered = (double *)(e->rec + e->o.record_steps);
     e->pool_bytes = e->peak_gathered + AL_SHM_MAX_WORKERS;
     e->gpu_shared = e->pool_bytes + AL_SHM_MAX_WORKERS;
+    if (staged) { /* 64-byte aligned, after the shared area */
+        uintptr_t a = (uintptr_t)((char *)e->gpu_shared + AL_NCCL_SHARED_BYTES);
+        e->staged_region = (float *)((a + 63) / 64 * 64);
+    }
     /* the same initial values as the single-worker trainer: build a model
      * with the same seed and copy its parameters in */
     al_model tmp;
@@ -102,11 +131,7 @@ const al_odc_step_stats *al_odc_stats(const al_odc *e, long step) {
 }
 
 int al_odc_gpu_available(void) {
-#ifdef AL_HAVE_NCCL
-    return 1;
-#else
-    return 0;
-#endif
+    return al_backend_has_cuda() && al_nccl_available();
 }
 
 /* ---- one worker -------------------------------------------------------------------- */
@@ -121,10 +146,9 @@ typedef struct worker {
     int w, W, L;
     size_t P;
     const al_backend *be;
-#ifdef AL_HAVE_NCCL
+    al_backend staged; /* device "staged": the CPU kernels behind on_host = 0 */
     al_nccl gpu;
-#endif
-    int on_gpu;
+    int sharded; /* state in this worker's device shards, units over transport/nccl */
     al_model acts;
     al_batch mb;
     float *p0, *g0, *pf, *gf, *pb, *gb;
@@ -135,19 +159,15 @@ typedef struct worker {
     al_err *err;
 } worker;
 
-static size_t unit_len(const al_odc *e, int u) {
-    return e->lay.unit_off[u + 1] - e->lay.unit_off[u];
-}
-
 /* Where worker w's slice of a unit of n floats starts (w = W: n). */
 static size_t slice_lo(const worker *k, size_t n, int w) {
-    return k->on_gpu ? al_nccl_slice_lo(n, k->W, w) : al_shm_slice_lo(n, k->W, w);
+    return k->sharded ? al_nccl_slice_lo(n, k->W, w) : al_shm_slice_lo(n, k->W, w);
 }
 
 /* Floats of a gather buffer for unit u (GPU: W equal chunks, padded). */
 static size_t buf_len(const worker *k, int u) {
     size_t n = unit_len(k->e, u);
-    return k->on_gpu ? al_nccl_chunk(n, k->W) * (size_t)k->W : n;
+    return k->sharded ? al_nccl_chunk(n, k->W) * (size_t)k->W : n;
 }
 
 /* The arrays a worker owns a slice of (numbered as the GPU transport numbers
@@ -160,9 +180,7 @@ enum {
     OWN_SLOT = (int)AL_NCCL_SLOT
 };
 static float *own(worker *k, int which, int u) {
-#ifdef AL_HAVE_NCCL
-    if (k->on_gpu) return al_nccl_own(&k->gpu, which, u);
-#endif
+    if (k->sharded) return al_nccl_own(&k->gpu, which, u);
     al_odc *e = k->e;
     float *arr[] = {e->params, e->grad, e->m, e->v};
     float *base = which < OWN_SLOT
@@ -173,12 +191,7 @@ static float *own(worker *k, int which, int u) {
 
 /* Before a shm barrier: what this worker issued on its GPU is complete. */
 static int fence(worker *k) {
-#ifdef AL_HAVE_NCCL
-    if (k->on_gpu) return al_nccl_fence(&k->gpu, k->err);
-#else
-    (void)k;
-#endif
-    return 0;
+    return k->sharded ? al_nccl_fence(&k->gpu, k->err) : 0;
 }
 
 static int barrier(worker *k) {
@@ -190,10 +203,8 @@ static int barrier(worker *k) {
  * leaves before all have entered (NCCL's own, on GPUs). */
 static int acquire(worker *k, int u, float *dst) {
     size_t n = unit_len(k->e, u);
-    if (k->on_gpu) {
-#ifdef AL_HAVE_NCCL
+    if (k->sharded) {
         al_nccl_get(&k->gpu, dst, u);
-#endif
     } else {
         if (k->e->o.mode == AL_MODE_FSDP) {
             int rc = al_shm_barrier(k->s, k->err);
@@ -225,12 +236,10 @@ static void grad_begin(worker *k, int u, float *g) {
 static int push(worker *k, int u, float *g, int has) {
     al_odc *e = k->e;
     size_t n = unit_len(e, u), off = e->lay.unit_off[u];
-    if (k->on_gpu) {
-#ifdef AL_HAVE_NCCL
+    if (k->sharded) {
         int collective = e->o.mode == AL_MODE_FSDP;
         if (!has && collective) AL_BE(k->be, zero, g, buf_len(k, u) * sizeof(float));
         if (has || collective) al_nccl_push(&k->gpu, g, u);
-#endif
         if (has) k->gathered -= (double)n * sizeof(float);
         return 0;
     }
@@ -401,38 +410,45 @@ static int sync_state(worker *k, int to_device) {
     return fence(k);
 }
 
-/* Open this worker's backend (and, on GPUs, its transport). */
+/* Open this worker's backend (and, on GPUs or staged, its transport). */
 static int worker_open(worker *k) {
     al_odc *e = k->e;
     k->be = al_backend_cpu();
     if (!e->o.device || !strcmp(e->o.device, "cpu")) return 0;
-#ifdef AL_HAVE_NCCL
-    int ndev = al_backend_device_count("cuda"), rc;
-    if ((rc = al_backend_open(&k->be, "cuda", ndev > 0 ? k->w % ndev : 0, k->err))) {
-        k->be = al_backend_cpu();
-        return rc; /* al_shm_run names the worker */
+    int rc;
+    float *region = NULL;
+    if (!strcmp(e->o.device, "staged")) {
+        k->staged = *al_backend_cpu();
+        k->staged.name = "staged";
+        k->staged.on_host = 0;
+        k->be = &k->staged;
+        region = e->staged_region;
+    } else {
+        int ndev = al_backend_device_count("cuda");
+        if ((rc = al_backend_open(&k->be, "cuda", ndev > 0 ? k->w % ndev : 0, k->err))) {
+            k->be = al_backend_cpu();
+            return rc; /* al_shm_run names the worker */
+        }
     }
-    k->on_gpu = 1;
-    size_t *lens = malloc((size_t)e->lay.nunits * sizeof(size_t));
+    k->sharded = 1;
+    size_t *lens = unit_lens(e);
     if (!lens) return al_errf(k->err, AL_ENOMEM, "GPU transport: out of memory");
-    for (int u = 0; u < e->lay.nunits; u++) lens[u] = unit_len(e, u);
-    rc = al_nccl_open(&k->gpu, k->be, k->s, e->gpu_shared, lens, e->lay.nunits,
+    rc = al_nccl_open(&k->gpu, k->be, k->s, e->gpu_shared, region, lens, e->lay.nunits,
                       e->o.mode == AL_MODE_FSDP, k->err);
     free(lens);
-    if (rc == 0) rc = sync_state(k, 1);
+    if (rc) {
+        k->sharded = 0;
+        return rc;
+    }
+    rc = sync_state(k, 1);
     /* every owner's shards hold the state before anyone's first get */
     if (rc == 0) rc = barrier(k);
     return rc;
-#else
-    return al_errf(k->err, AL_EUNSUPPORTED, "this build has no CUDA backend with NCCL");
-#endif
 }
 
 static void worker_close(worker *k) {
-#ifdef AL_HAVE_NCCL
-    if (k->on_gpu) al_nccl_close(&k->gpu);
-#endif
-    if (k->be) al_backend_close(k->be);
+    if (k->sharded) al_nccl_close(&k->gpu);
+    if (k->be && k->be != &k->staged) al_backend_close(k->be);
 }
 
 static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {
@@ -471,7 +487,7 @@ static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {
         rc = step(&k, &plan);
         if (rc == 0 && w == 0 && e->on_step) e->on_step(e->on_step_ctx, al_odc_stats(e, e->step));
     }
-    if (rc == 0 && k.on_gpu) rc = sync_state(&k, 0);
+    if (rc == 0 && k.sharded) rc = sync_state(&k, 0);
     e->peak_gathered[w] = k.peak;
 out:
     for (int i = 0; i < 6; i++) AL_BE(be, release, *bufs[i]);

@@ -30,6 +30,8 @@
  * is complete before another reads it. W processes may share one GPU for ODC
  * (CUDA IPC between processes on one device works); NCCL refuses two ranks
  * on one GPU, so fsdp needs W devices (al_nccl_open says so).
+ *
+ * Built in every configuration: without CUDA and NCCL only host mode works.
  */
 #ifndef AL_NCCL_H
 #define AL_NCCL_H
@@ -65,18 +67,28 @@ typedef struct al_nccl {
     void *comm;                      /* ncclComm_t (fsdp) */
     int rc;                          /* sticky: the first failed NCCL call */
     al_err err;
+    int host; /* host mode: the arrays live in a shared host region */
 } al_nccl;
 
 /* Whether this build has the GPU transport (CUDA and NCCL found). */
 int al_nccl_available(void);
+/* Floats of one owner's array (its chunks of every unit); an owner holds
+ * AL_NCCL_SLOT + W of them. */
+size_t al_nccl_own_floats(const size_t *unit_len, int nunits, int W);
 
 /* In worker w (of s->W), after its backend is open: allocate this owner's
  * arrays (zeroed), publish their IPC handle in `shared` (AL_NCCL_SHARED_BYTES
  * of the segment, the same in every worker), wait for everyone (a shm
  * barrier), open the peers' handles; collective: create the NCCL communicator
- * (worker 0 makes the id). unit_len: the nunits unit sizes. */
-int al_nccl_open(al_nccl *x, const al_backend *be, al_shm *s, void *shared, const size_t *unit_len,
-                 int nunits, int collective, al_err *err);
+ * (worker 0 makes the id). unit_len: the nunits unit sizes.
+ *
+ * Host mode, for a backend without a stream (the staged CPU backend of the
+ * tests): odc only, no CUDA; the W owners' arrays are `host_region`
+ * (W * (AL_NCCL_SLOT + W) * al_nccl_own_floats floats of shared memory,
+ * zeroed), and everything else -- chunking, layout, get, push, fence -- is
+ * the same code as on GPUs. host_region is NULL in CUDA mode. */
+int al_nccl_open(al_nccl *x, const al_backend *be, al_shm *s, void *shared, float *host_region,
+                 const size_t *unit_len, int nunits, int collective, al_err *err);
 void al_nccl_close(al_nccl *x);
 
 /* My chunk of unit u in array `which` (device memory). */
