@@ -77,6 +77,8 @@ void al_adamw_update(float *p, const float *g, float *m, float *v, size_t n, flo
 double al_sumsq(const float *x, size_t n);
 /* x *= s */
 void al_scale(float *x, size_t n, float s);
+/* acc += x, element by element (sequential: the same sums on every machine) */
+void al_add(float *acc, const float *x, size_t n);
 
 /* ---- naive double references ----------------------------------------------- */
 void al_encoder_forward_ref(double *out, const int *tok, const int *pos, const double *wte,

@@ -1,5 +1,5 @@
 /*
- * al_model.h -- a GPT-2 language model on the CPU.
+ * al_model.h -- a GPT-2 language model, on the CPU or the GPU.
  *
  * Architecture: token + learned position embeddings, L pre-LayerNorm blocks
  * (LayerNorm with bias, causal multi-head attention, GELU MLP), a final
@@ -11,10 +11,16 @@
  * A unit is one contiguous range, which is what sharding (ODC, FSDP) cuts into
  * W slices. One X-macro table (AL_PARAM_TABLE) describes every tensor and
  * drives sizes, pointer tables, checkpoint names, weight-decay masks and tests.
+ *
+ * Device: every op goes through the model's backend (al_backend.h), and the
+ * parameters, gradients and activations live in the backend's memory (device
+ * memory for CUDA: the pointers below are then device pointers). The same
+ * code drives both devices. al_model_init uses the CPU backend.
  */
 #ifndef AL_MODEL_H
 #define AL_MODEL_H
 
+#include "al_backend.h"
 #include "al_base.h"
 
 /* Presets: X(name, L, C, NH, T, V) */
@@ -135,6 +141,7 @@ typedef struct al_layer_acts {
 } al_layer_acts;
 
 typedef struct al_model {
+    const al_backend *be; /* where the buffers below live and the ops run */
     al_model_config cfg;
     al_layout lay;
     int B, T;              /* microbatch shape the activations are sized for */
@@ -151,6 +158,9 @@ typedef struct al_model {
     float *losses; /* [N] */
     /* activation-gradient scratch, reused across blocks */
     float *dres, *dln, *dqkv, *datty, *dfch;
+    /* device copy of the current batch (backends whose memory is not the
+     * host's): tokens, targets, pos, docstart, uploaded by al_embed_forward */
+    int *dbatch, *dtok, *dtgt, *dpos, *dds;
 } al_model;
 
 /* Allocate a model for microbatches of B rows x T tokens (T <= cfg->T). */
@@ -160,12 +170,27 @@ int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err 
  * at a time and pass pointer tables to the pieces below. A microbatch may then
  * be any B' x T' with B'*T' <= B*T (one long row of packed documents, say). */
 int al_model_init_acts(al_model *m, const al_model_config *cfg, int B, int T, al_err *err);
+/* The same two on a given backend (al_backend_cpu(), or one from
+ * al_backend_open); the backend must outlive the model. */
+int al_model_init_on(al_model *m, const al_backend *be, const al_model_config *cfg, int B, int T,
+                     al_err *err);
+int al_model_init_acts_on(al_model *m, const al_backend *be, const al_model_config *cfg, int B,
+                          int T, al_err *err);
 void al_model_free(al_model *m);
+/* Wait for the backend's queued work; report its first failure since the last
+ * call (ops do not fail on the CPU; on the GPU their errors are sticky). */
+int al_model_sync(al_model *m, al_err *err);
+/* Copy n floats between a model buffer (params, grads, or any buffer of the
+ * model's backend) and host memory. Waits; reports a failure like sync. */
+int al_model_to_host(al_model *m, float *host, const float *buf, size_t n, al_err *err);
+int al_model_from_host(al_model *m, float *buf, const float *host, size_t n, al_err *err);
 /* GPT-2 init: N(0, 0.02) matrices, residual projections scaled by 1/sqrt(2L),
  * zero biases, unit LayerNorm gains. Deterministic in seed. */
 void al_model_init_weights(al_model *m, uint64_t seed);
 /* Forward pass; returns the summed loss over b->ntargets positions (the mean
- * is that divided by ntargets). Keeps activations for the backward. */
+ * is that divided by ntargets). Keeps activations for the backward. b is host
+ * memory; a non-host backend gets a copy (uploaded by al_embed_forward). On a
+ * backend failure the loss is NaN and al_model_sync says why. */
 double al_model_forward(al_model *m, const al_batch *b);
 /* Backward of loss_scale * (summed loss); accumulates into m->grads. Call
  * after al_model_forward on the same batch. */

@@ -39,6 +39,11 @@
  *
  * The result equals the single-worker trainer's update on the same samples up
  * to fp32 summation order (tests/test_odc.c states and asserts the tolerance).
+ *
+ * On GPUs (opts.device = "cuda") the same engine runs with every op through
+ * the worker's CUDA backend and the gets and pushes through transport/nccl;
+ * a unit is then cut into W chunks of ceil(n/W) (NCCL's collectives need
+ * equal counts) instead of al_shm_slice_lo's slices. tests/test_cuda_odc.c.
  */
 #ifndef AL_ODC_H
 #define AL_ODC_H
@@ -78,6 +83,14 @@ typedef struct al_odc_opts {
     al_balance_opts bal; /* plan method, token budget per microbatch row, cost model */
     al_train_opts train; /* schedule, AdamW, clipping, init seed (batch/seq/accum unused) */
     const char *site;    /* names the segment */
+    /* "cpu" (NULL: the same) or "cuda": each worker opens a CUDA backend on
+     * GPU w mod (GPUs present), keeps its shards in device memory and moves
+     * units over transport/nccl (CUDA IPC for odc, NCCL collectives for
+     * fsdp). The segment still holds the state between runs (uploaded at a
+     * run's start, downloaded at its end) and the barriers. */
+    const char *device; /* (tests: "staged" = the GPU engine's code path -- chunked
+                         * shards, transport/nccl in host mode -- on the CPU
+                         * kernels behind on_host = 0; odc only) */
     double barrier_timeout_s;
     int record_steps; /* how many recent steps' stats are kept (<= 0: 64) */
     /* fault injection for tests: worker fault_worker kills itself with SIGKILL
@@ -104,6 +117,8 @@ typedef struct al_odc {
     al_odc_step_stats *rec; /* [record_steps] ring, by step */
     double *peak_gathered;  /* [W] bytes */
     double *pool_bytes;     /* [W] bytes of the gather buffers */
+    void *gpu_shared;       /* AL_NCCL_SHARED_BYTES: IPC handles, NCCL id (GPU runs) */
+    float *staged_region;   /* device "staged": the owners' arrays (host-mode transport) */
 } al_odc;
 
 /* Create the segment and initialise parameters exactly as al_trainer_init
@@ -116,5 +131,7 @@ void al_odc_free(al_odc *e);
 int al_odc_run(al_odc *e, long steps, al_err *err);
 /* Stats of a recorded step (1-based); NULL if it is not in the ring. */
 const al_odc_step_stats *al_odc_stats(const al_odc *e, long step);
+/* Whether this build can run the engine on GPUs (CUDA backend and NCCL). */
+int al_odc_gpu_available(void);
 
 #endif

@@ -21,6 +21,7 @@ typedef struct al_train_opts {
     double grad_clip; /* 0 = off */
     uint64_t seed;
     al_packing packing;
+    const al_backend *backend; /* where the model and optimizer run; NULL: the CPU */
 } al_train_opts;
 
 /* Sane defaults (the `demo` recipe). */
@@ -41,7 +42,7 @@ typedef struct al_step_stats {
 typedef struct al_trainer {
     al_model model;
     al_train_opts o;
-    float *m, *v; /* AdamW moments, same layout as params */
+    float *m, *v; /* AdamW moments, same layout as params, in the backend's memory */
     al_loader train, val;
     al_batch *mb; /* [accum] */
     long step;    /* steps done */

@@ -1,6 +1,5 @@
 /* model.c -- GPT-2 layout, initialisation, forward and backward (see al_model.h). */
 #include "al_model.h"
-#include "al_kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -155,14 +154,15 @@ void al_batch_free(al_batch *b) {
 
 /* ---- model ------------------------------------------------------------------- */
 
-static int model_init(al_model *m, const al_model_config *cfg, int B, int T, int with_params,
-                      al_err *err) {
+static int model_init(al_model *m, const al_backend *be, const al_model_config *cfg, int B, int T,
+                      int with_params, al_err *err) {
     memset(m, 0, sizeof *m);
     if (B < 1 || T < 1 || T > cfg->T)
         return al_errf(err, AL_EINVAL, "microbatch %dx%d does not fit preset '%s' (T <= %d)", B, T,
                        cfg->preset, cfg->T);
     if (cfg->C % cfg->NH != 0)
         return al_errf(err, AL_EINVAL, "C=%d is not a multiple of NH=%d", cfg->C, cfg->NH);
+    m->be = be;
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
@@ -170,23 +170,35 @@ static int model_init(al_model *m, const al_model_config *cfg, int B, int T, int
     if (rc) return rc;
     int L = cfg->L;
     size_t P = m->lay.nparams, N = (size_t)B * T, C = (size_t)cfg->C, NH = (size_t)cfg->NH;
-    if (with_params) {
-        m->params = calloc(P, sizeof(float));
-        m->grads = calloc(P, sizeof(float));
-    }
-    m->p_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
-    m->g_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
-    m->layer = calloc((size_t)L, sizeof(al_layer_acts));
     /* activations: per block 16NC + 4N + N*NH; encoder, head, 10NC of scratch */
     size_t per_layer = 16 * N * C + 4 * N + N * NH;
     size_t total = N * C + L * per_layer + N * C + 2 * N + N * (size_t)cfg->Vp + N + 10 * N * C;
-    m->acts_mem = malloc(total * sizeof(float));
-    if ((with_params && (!m->params || !m->grads)) || !m->p_layer || !m->g_layer || !m->layer ||
-        !m->acts_mem) {
+    m->p_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
+    m->g_layer = calloc((size_t)L, sizeof(al_layer_ptrs));
+    m->layer = calloc((size_t)L, sizeof(al_layer_acts));
+    if (!m->p_layer || !m->g_layer || !m->layer) {
         al_model_free(m);
-        return al_errf(err, AL_ENOMEM,
-                       "model '%s' (%zu params, %zu activation floats): out of memory", cfg->preset,
-                       P, total);
+        return al_errf(err, AL_ENOMEM, "model '%s': out of memory", cfg->preset);
+    }
+    if (with_params) {
+        if ((rc = AL_BE(be, alloc, (void **)&m->params, P * sizeof(float), err)) == 0)
+            rc = AL_BE(be, alloc, (void **)&m->grads, P * sizeof(float), err);
+    }
+    if (rc == 0) rc = AL_BE(be, alloc, (void **)&m->acts_mem, total * sizeof(float), err);
+    if (rc == 0 && !be->on_host)
+        rc = AL_BE(be, alloc, (void **)&m->dbatch, 4 * N * sizeof(int), err);
+    /* attention scratch for the longest row a microbatch of B*T positions can have */
+    if (rc == 0) rc = AL_BE(be, reserve, (int)AL_MIN(N, (size_t)cfg->T), cfg->NH, err);
+    if (rc) {
+        al_model_free(m);
+        return al_err_prefix(err, "model '%s' (%zu params, %zu activation floats) on %s",
+                             cfg->preset, P, total, be->name);
+    }
+    if (m->dbatch) {
+        m->dtok = m->dbatch;
+        m->dtgt = m->dbatch + N;
+        m->dpos = m->dbatch + 2 * N;
+        m->dds = m->dbatch + 3 * N;
     }
     float *a = m->acts_mem;
 #define TAKE(n) (a += (n), a - (n))
@@ -232,93 +244,145 @@ static int model_init(al_model *m, const al_model_config *cfg, int B, int T, int
 }
 
 int al_model_init(al_model *m, const al_model_config *cfg, int B, int T, al_err *err) {
-    return model_init(m, cfg, B, T, 1, err);
+    return model_init(m, al_backend_cpu(), cfg, B, T, 1, err);
 }
 
 int al_model_init_acts(al_model *m, const al_model_config *cfg, int B, int T, al_err *err) {
-    return model_init(m, cfg, B, T, 0, err);
+    return model_init(m, al_backend_cpu(), cfg, B, T, 0, err);
+}
+
+int al_model_init_on(al_model *m, const al_backend *be, const al_model_config *cfg, int B, int T,
+                     al_err *err) {
+    return model_init(m, be, cfg, B, T, 1, err);
+}
+
+int al_model_init_acts_on(al_model *m, const al_backend *be, const al_model_config *cfg, int B,
+                          int T, al_err *err) {
+    return model_init(m, be, cfg, B, T, 0, err);
 }
 
 void al_model_free(al_model *m) {
-    free(m->params);
-    free(m->grads);
+    if (m->be) {
+        AL_BE(m->be, release, m->params);
+        AL_BE(m->be, release, m->grads);
+        AL_BE(m->be, release, m->acts_mem);
+        AL_BE(m->be, release, m->dbatch);
+    }
     free(m->p_layer);
     free(m->g_layer);
     free(m->layer);
-    free(m->acts_mem);
     al_layout_free(&m->lay);
     memset(m, 0, sizeof *m);
 }
 
+int al_model_sync(al_model *m, al_err *err) {
+    return AL_BE(m->be, sync, err);
+}
+
+int al_model_to_host(al_model *m, float *host, const float *buf, size_t n, al_err *err) {
+    AL_BE(m->be, download, host, buf, n * sizeof(float));
+    return al_model_sync(m, err);
+}
+
+int al_model_from_host(al_model *m, float *buf, const float *host, size_t n, al_err *err) {
+    AL_BE(m->be, upload, buf, host, n * sizeof(float));
+    return al_model_sync(m, err);
+}
+
+/* GPT-2 init, generated in layout order through a host chunk that is uploaded
+ * to the backend as it fills (a plain copy on the CPU). */
 void al_model_init_weights(al_model *m, uint64_t seed) {
+    enum { CHUNK = 16384 };
+    float buf[CHUNK];
+    size_t k = 0, at = 0; /* at: layout index of buf[0] */
     al_rng rng;
     al_rng_seed(&rng, seed);
     const al_model_config *c = &m->cfg;
     double resid_std = 0.02 / sqrt(2.0 * c->L);
+    /* padded vocabulary rows are never used: keep them at zero */
+    size_t pad_lo = m->lay.unit_off[0] + (size_t)c->V * c->C,
+           pad_hi = m->lay.unit_off[0] + (size_t)c->Vp * c->C;
     for (int t = 0; t < m->lay.ntensors; t++) {
         const al_tensor_info *ti = &m->lay.tensors[t];
-        float *p = m->params + ti->offset;
         for (size_t i = 0; i < ti->numel; i++) {
+            float x;
             switch (ti->init) {
             case AL_INIT_NORMAL:
-                p[i] = (float)(0.02 * al_rng_normal(&rng));
+                x = (float)(0.02 * al_rng_normal(&rng));
                 break;
             case AL_INIT_RESID:
-                p[i] = (float)(resid_std * al_rng_normal(&rng));
+                x = (float)(resid_std * al_rng_normal(&rng));
                 break;
             case AL_INIT_ONE:
-                p[i] = 1.0f;
+                x = 1.0f;
                 break;
             default:
-                p[i] = 0.0f;
+                x = 0.0f;
                 break;
+            }
+            size_t j = ti->offset + i;
+            buf[k++] = j >= pad_lo && j < pad_hi ? 0.0f : x;
+            if (k == CHUNK) {
+                AL_BE(m->be, upload, m->params + at, buf, k * sizeof(float));
+                at += k;
+                k = 0;
             }
         }
     }
-    /* padded vocabulary rows are never used: keep them at zero */
-    memset(m->p_emb.wte + (size_t)c->V * c->C, 0, (size_t)(c->Vp - c->V) * c->C * sizeof(float));
+    if (k) AL_BE(m->be, upload, m->params + at, buf, k * sizeof(float));
 }
 
 void al_model_zero_grad(al_model *m) {
-    memset(m->grads, 0, m->lay.nparams * sizeof(float));
+    AL_BE(m->be, zero, m->grads, m->lay.nparams * sizeof(float));
 }
+
+/* The batch arrays the backend reads: the host batch itself, or the model's
+ * device copy (uploaded by al_embed_forward). */
+#define TOKENS(m, b)   ((m)->be->on_host ? (b)->tokens : (m)->dtok)
+#define TARGETS(m, b)  ((m)->be->on_host ? (b)->targets : (m)->dtgt)
+#define POS(m, b)      ((m)->be->on_host ? (b)->pos : (m)->dpos)
+#define DOCSTART(m, b) ((m)->be->on_host ? (b)->docstart : (m)->dds)
 
 void al_block_forward(al_model *m, int l, const al_layer_ptrs *p, const float *x_in,
                       const al_batch *b) {
+    const al_backend *be = m->be;
     int B = b->B, T = b->T, C = m->cfg.C, N = B * T;
     al_layer_acts *a = &m->layer[l];
-    al_layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
-    al_matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, 0);
-    al_attention_forward(a->atty, a->att_lse, a->qkv, b->docstart, B, T, C, m->cfg.NH);
+    AL_BE(be, layernorm_forward, a->ln1, a->ln1_mean, a->ln1_rstd, x_in, p->ln1w, p->ln1b, N, C);
+    AL_BE(be, matmul_forward, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, 0);
+    AL_BE(be, attention_forward, a->atty, a->att_lse, a->qkv, DOCSTART(m, b), B, T, C, m->cfg.NH);
     /* res_mid = x_in + atty @ attprojw^T + attprojb */
-    memcpy(a->res_mid, x_in, (size_t)N * C * sizeof(float));
-    al_matmul_forward(a->res_mid, a->atty, p->attprojw, p->attprojb, N, C, C, 1);
-    al_layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2w, p->ln2b, N, C);
-    al_matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C, 0);
-    al_gelu_forward(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+    AL_BE(be, copy, a->res_mid, x_in, (size_t)N * C * sizeof(float));
+    AL_BE(be, matmul_forward, a->res_mid, a->atty, p->attprojw, p->attprojb, N, C, C, 1);
+    AL_BE(be, layernorm_forward, a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, p->ln2w, p->ln2b, N,
+          C);
+    AL_BE(be, matmul_forward, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C, 0);
+    AL_BE(be, gelu_forward, a->fch_gelu, a->fch, (size_t)N * 4 * C);
     /* res_out = res_mid + gelu @ fcprojw^T + fcprojb */
-    memcpy(a->res_out, a->res_mid, (size_t)N * C * sizeof(float));
-    al_matmul_forward(a->res_out, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C, 1);
+    AL_BE(be, copy, a->res_out, a->res_mid, (size_t)N * C * sizeof(float));
+    AL_BE(be, matmul_forward, a->res_out, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C, 1);
 }
 
 void al_block_backward(al_model *m, int l, const al_layer_ptrs *p, const al_layer_ptrs *g,
                        const float *x_in, const al_batch *b) {
+    const al_backend *be = m->be;
     int B = b->B, T = b->T, C = m->cfg.C, N = B * T;
     al_layer_acts *a = &m->layer[l];
     /* MLP: res_out = res_mid + fcproj(gelu(fc(ln2(res_mid)))) */
-    al_matmul_backward(m->dfch, g->fcprojw, g->fcprojb, m->dres, a->fch_gelu, p->fcprojw, N, 4 * C,
-                       C, 0);
-    al_gelu_backward(m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
-    al_matmul_backward(m->dln, g->fcw, g->fcb, m->dfch, a->ln2, p->fcw, N, C, 4 * C, 0);
-    al_layernorm_backward(m->dres, g->ln2w, g->ln2b, m->dln, a->res_mid, p->ln2w, a->ln2_mean,
-                          a->ln2_rstd, N, C);
+    AL_BE(be, matmul_backward, m->dfch, g->fcprojw, g->fcprojb, m->dres, a->fch_gelu, p->fcprojw, N,
+          4 * C, C, 0);
+    AL_BE(be, gelu_backward, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
+    AL_BE(be, matmul_backward, m->dln, g->fcw, g->fcb, m->dfch, a->ln2, p->fcw, N, C, 4 * C, 0);
+    AL_BE(be, layernorm_backward, m->dres, g->ln2w, g->ln2b, m->dln, a->res_mid, p->ln2w,
+          a->ln2_mean, a->ln2_rstd, N, C);
     /* attention: res_mid = x_in + attproj(attn(qkv(ln1(x_in)))) */
-    al_matmul_backward(m->datty, g->attprojw, g->attprojb, m->dres, a->atty, p->attprojw, N, C, C,
-                       0);
-    al_attention_backward(m->dqkv, m->datty, a->qkv, a->att_lse, b->docstart, B, T, C, m->cfg.NH);
-    al_matmul_backward(m->dln, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C, 0);
-    al_layernorm_backward(m->dres, g->ln1w, g->ln1b, m->dln, x_in, p->ln1w, a->ln1_mean,
-                          a->ln1_rstd, N, C);
+    AL_BE(be, matmul_backward, m->datty, g->attprojw, g->attprojb, m->dres, a->atty, p->attprojw, N,
+          C, C, 0);
+    AL_BE(be, attention_backward, m->dqkv, m->datty, a->qkv, a->att_lse, DOCSTART(m, b), B, T, C,
+          m->cfg.NH);
+    AL_BE(be, matmul_backward, m->dln, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C, 0);
+    AL_BE(be, layernorm_backward, m->dres, g->ln1w, g->ln1b, m->dln, x_in, p->ln1w, a->ln1_mean,
+          a->ln1_rstd, N, C);
 }
 
 const float *al_block_input(const al_model *m, int l) {
@@ -326,34 +390,46 @@ const float *al_block_input(const al_model *m, int l) {
 }
 
 void al_embed_forward(al_model *m, const al_emb_ptrs *p, const al_batch *b) {
-    al_encoder_forward(m->encoded, b->tokens, b->pos, p->wte, p->wpe, b->B * b->T, m->cfg.C);
+    size_t N = (size_t)b->B * b->T;
+    if (!m->be->on_host) { /* the batch's device copy, for every op until the next batch */
+        AL_BE(m->be, upload, m->dtok, b->tokens, N * sizeof(int));
+        AL_BE(m->be, upload, m->dtgt, b->targets, N * sizeof(int));
+        AL_BE(m->be, upload, m->dpos, b->pos, N * sizeof(int));
+        AL_BE(m->be, upload, m->dds, b->docstart, N * sizeof(int));
+    }
+    AL_BE(m->be, encoder_forward, m->encoded, TOKENS(m, b), POS(m, b), p->wte, p->wpe, (int)N,
+          m->cfg.C);
 }
 
 void al_embed_backward(al_model *m, const al_emb_ptrs *g, const al_batch *b) {
-    al_encoder_backward(g->wte, g->wpe, m->dres, b->tokens, b->pos, b->B * b->T, m->cfg.C);
+    AL_BE(m->be, encoder_backward, g->wte, g->wpe, m->dres, TOKENS(m, b), POS(m, b), b->B * b->T,
+          m->cfg.C);
 }
 
 double al_head_forward(al_model *m, const al_emb_ptrs *pe, const al_final_ptrs *pf,
                        const al_batch *b) {
+    const al_backend *be = m->be;
     const al_model_config *c = &m->cfg;
     int N = b->B * b->T;
-    al_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, al_block_input(m, c->L), pf->lnfw,
-                         pf->lnfb, N, c->C);
+    AL_BE(be, layernorm_forward, m->lnf, m->lnf_mean, m->lnf_rstd, al_block_input(m, c->L),
+          pf->lnfw, pf->lnfb, N, c->C);
     /* logits = lnf @ wte^T (tied output embedding) */
-    al_matmul_forward(m->logits, m->lnf, pe->wte, NULL, N, c->C, c->Vp, 0);
-    return al_crossentropy_forward(m->losses, m->logits, b->targets, N, c->V, c->Vp);
+    AL_BE(be, matmul_forward, m->logits, m->lnf, pe->wte, NULL, N, c->C, c->Vp, 0);
+    return AL_BE(be, crossentropy_forward, m->losses, m->logits, TARGETS(m, b), N, c->V, c->Vp);
 }
 
 void al_head_backward(al_model *m, const al_emb_ptrs *pe, const al_emb_ptrs *ge,
                       const al_final_ptrs *pf, const al_final_ptrs *gf, const al_batch *b,
                       float loss_scale) {
+    const al_backend *be = m->be;
     const al_model_config *c = &m->cfg;
     int N = b->B * b->T;
-    al_crossentropy_backward(m->logits, b->targets, loss_scale, N, c->V, c->Vp);
-    al_matmul_backward(m->dln, ge->wte, NULL, m->logits, m->lnf, pe->wte, N, c->C, c->Vp, 0);
-    memset(m->dres, 0, (size_t)N * c->C * sizeof(float));
-    al_layernorm_backward(m->dres, gf->lnfw, gf->lnfb, m->dln, al_block_input(m, c->L), pf->lnfw,
-                          m->lnf_mean, m->lnf_rstd, N, c->C);
+    AL_BE(be, crossentropy_backward, m->logits, TARGETS(m, b), loss_scale, N, c->V, c->Vp);
+    AL_BE(be, matmul_backward, m->dln, ge->wte, NULL, m->logits, m->lnf, pe->wte, N, c->C, c->Vp,
+          0);
+    AL_BE(be, zero, m->dres, (size_t)N * c->C * sizeof(float));
+    AL_BE(be, layernorm_backward, m->dres, gf->lnfw, gf->lnfb, m->dln, al_block_input(m, c->L),
+          pf->lnfw, m->lnf_mean, m->lnf_rstd, N, c->C);
 }
 
 double al_model_forward(al_model *m, const al_batch *b) {

@@ -1,6 +1,5 @@
 /* train.c -- the single-worker training loop (see al_train.h). */
 #include "al_train.h"
-#include "al_kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -46,14 +45,22 @@ int al_trainer_init(al_trainer *tr, const al_model_config *cfg, const al_train_o
     if (train && tr->o.packing == AL_PACK_STREAM && train->n < (size_t)tr->o.seq + 1)
         return al_errf(err, AL_EFORMAT, "%s: %zu tokens, fewer than one row of %d", train->path,
                        train->n, tr->o.seq + 1);
-    rc = al_model_init(&tr->model, cfg, tr->o.batch, tr->o.seq, err);
+    const al_backend *be = tr->o.backend ? tr->o.backend : al_backend_cpu();
+    tr->o.backend = be;
+    rc = al_model_init_on(&tr->model, be, cfg, tr->o.batch, tr->o.seq, err);
     if (rc) return rc;
     al_model_init_weights(&tr->model, tr->o.seed);
     size_t P = tr->model.lay.nparams;
-    tr->m = calloc(P, sizeof(float));
-    tr->v = calloc(P, sizeof(float));
+    /* moments: zeroed by alloc */
+    if ((rc = AL_BE(be, alloc, (void **)&tr->m, P * sizeof(float), err)) == 0)
+        rc = AL_BE(be, alloc, (void **)&tr->v, P * sizeof(float), err);
+    if (rc == 0) rc = al_model_sync(&tr->model, err);
+    if (rc) {
+        al_trainer_free(tr);
+        return rc;
+    }
     tr->mb = calloc((size_t)tr->o.accum, sizeof(al_batch));
-    if (!tr->m || !tr->v || !tr->mb) {
+    if (!tr->mb) {
         al_trainer_free(tr);
         return al_errf(err, AL_ENOMEM, "trainer: out of memory");
     }
@@ -69,8 +76,10 @@ void al_trainer_free(al_trainer *tr) {
     if (tr->mb)
         for (int i = 0; i < tr->o.accum; i++) al_batch_free(&tr->mb[i]);
     free(tr->mb);
-    free(tr->m);
-    free(tr->v);
+    if (tr->o.backend) {
+        AL_BE(tr->o.backend, release, tr->m);
+        AL_BE(tr->o.backend, release, tr->v);
+    }
     al_loader_free(&tr->train);
     al_loader_free(&tr->val);
     al_model_free(&tr->model);
@@ -87,6 +96,7 @@ int al_trainer_step_batches(al_trainer *tr, const al_batch *mbs, int n, al_step_
                             al_err *err) {
     double t0 = al_now();
     al_model *m = &tr->model;
+    const al_backend *be = m->be;
     long ntargets = 0;
     for (int i = 0; i < n; i++) ntargets += mbs[i].ntargets;
     if (ntargets == 0) return al_errf(err, AL_EFORMAT, "step %ld: no target tokens", tr->step);
@@ -99,21 +109,23 @@ int al_trainer_step_batches(al_trainer *tr, const al_batch *mbs, int n, al_step_
     }
     loss /= (double)ntargets;
     size_t P = m->lay.nparams;
-    double norm = sqrt(al_sumsq(m->grads, P));
+    double norm = sqrt(AL_BE(be, sumsq, m->grads, P));
+    int rc = al_model_sync(m, err);
+    if (rc) return al_err_prefix(err, "step %ld", tr->step + 1);
     if (!isfinite(loss) || !isfinite(norm))
         return al_errf(err, AL_ENUMERIC, "step %ld: loss %g, gradient norm %g (not finite)",
                        tr->step + 1, loss, norm);
     if (tr->o.grad_clip > 0 && norm > tr->o.grad_clip)
-        al_scale(m->grads, P, (float)(tr->o.grad_clip / norm));
+        AL_BE(be, scale, m->grads, P, (float)(tr->o.grad_clip / norm));
     double lr = al_lr_at(&tr->o, tr->step);
     int t = (int)(tr->step + 1);
     for (int k = 0; k < m->lay.ntensors; k++) {
         const al_tensor_info *ti = &m->lay.tensors[k];
-        al_adamw_update(m->params + ti->offset, m->grads + ti->offset, tr->m + ti->offset,
-                        tr->v + ti->offset, ti->numel, (float)lr, (float)tr->o.beta1,
-                        (float)tr->o.beta2, (float)tr->o.eps,
-                        ti->decay ? (float)tr->o.weight_decay : 0.0f, t);
+        AL_BE(be, adamw_update, m->params + ti->offset, m->grads + ti->offset, tr->m + ti->offset,
+              tr->v + ti->offset, ti->numel, (float)lr, (float)tr->o.beta1, (float)tr->o.beta2,
+              (float)tr->o.eps, ti->decay ? (float)tr->o.weight_decay : 0.0f, t);
     }
+    if ((rc = al_model_sync(m, err))) return al_err_prefix(err, "step %ld", tr->step + 1);
     tr->step++;
     st->loss = loss;
     st->grad_norm = norm;
@@ -142,6 +154,7 @@ int al_trainer_eval(al_trainer *tr, int batches, double *loss, al_err *err) {
         n += b->ntargets;
     }
     *loss = n > 0 ? sum / (double)n : NAN;
+    if ((rc = al_model_sync(&tr->model, err))) return al_err_prefix(err, "evaluation");
     if (!isfinite(*loss))
         return al_errf(err, AL_ENUMERIC, "evaluation loss is %g (not finite)", *loss);
     return 0;

@@ -459,6 +459,10 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     /* local training, as `autoloco train` configures it */
     if ((rc = al_config_train_opts(c, &a->o, err))) return rc;
     a->workers = (int)c->inner_workers;
+    if (!strcmp(c->inner_device, "cuda") && a->workers == 1)
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "agent: [inner] device = cuda needs workers > 1 (the single-worker agent "
+                       "keeps the model in host memory)");
     int threads = c->inner_threads > 0 ? (int)c->inner_threads
                                        : (int)AL_MAX(1, sysconf(_SC_NPROCESSORS_ONLN) / a->workers);
     al_threads_set(threads);
@@ -482,6 +486,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
         eo.bal.budget = seq;
         eo.bal.method = eo.mode == AL_MODE_ODC ? AL_BAL_LPT : AL_BAL_MICRO;
         eo.train = a->o;
+        eo.device = c->inner_device;
         eo.site = a->name[a->self];
         eo.barrier_timeout_s = 60;
         eo.record_steps = 8 * 1024;

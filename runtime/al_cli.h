@@ -31,7 +31,9 @@
 #define AL_BENCHES(X)                                                                              \
     X("inner", al_bench_inner, "time training steps against OpenBLAS sgemm")                       \
     X("transport", al_bench_transport, "cross-site link: mTLS vs insecure MB/s, codecs")           \
-    X("odc", al_bench_odc, "ODC vs the FSDP baseline over W worker processes (--simulate: W=8..64)")
+    X("odc", al_bench_odc,                                                                         \
+      "ODC vs the FSDP baseline over W worker processes (--simulate: W=8..64)")                    \
+    X("gpu", al_bench_gpu, "training steps on the GPU: tokens/s and TFLOP/s, small and gpt2-124m")
 
 #define AL_CMD_DECL(name, fn, summary) int fn(int argc, char **argv, al_err *err);
 AL_COMMANDS(AL_CMD_DECL)

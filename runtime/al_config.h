@@ -38,6 +38,8 @@
     X(inner, eval_batches, INT, 0, 0, 1 << 20,                                                     \
       "validation microbatches per evaluation (0 = the whole split)")                              \
     X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")               \
+    X(inner, device, STR, "cpu", "cpu|cuda", 0,                                                    \
+      "where the model runs: cpu, or cuda (a GPU; workers > 1: GPU w mod count per worker)")       \
     X(inner, workers, INT, 1, 1, 64, "worker processes in this site (> 1: sharded, see mode)")     \
     X(inner, mode, STR, "odc", "odc|fsdp", 0,                                                      \
       "workers > 1: odc (one-sided get/push) or fsdp (lockstep collectives baseline)")             \

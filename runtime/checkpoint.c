@@ -116,6 +116,51 @@ int al_safetensors_read(const char *path, const al_layout *lay, int nparts,
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 
+/* The trainer's parameters and AdamW moments as host arrays: the trainer's
+ * own buffers on the CPU; on a device, host copies (download = 1: filled from
+ * the device). Free with host_state_free. */
+typedef struct host_state {
+    float *buf[3]; /* params, m, v */
+    int copied;
+} host_state;
+
+static void host_state_free(host_state *h) {
+    if (h->copied)
+        for (int i = 0; i < 3; i++) free(h->buf[i]);
+    memset(h, 0, sizeof *h);
+}
+
+static int host_state_get(host_state *h, const al_trainer *tr, int download, al_err *err) {
+    memset(h, 0, sizeof *h);
+    float *dev[3] = {tr->model.params, tr->m, tr->v};
+    if (tr->model.be->on_host) {
+        memcpy(h->buf, dev, sizeof dev);
+        return 0;
+    }
+    h->copied = 1;
+    size_t P = tr->model.lay.nparams;
+    for (int i = 0; i < 3; i++) {
+        h->buf[i] = malloc(P * sizeof(float));
+        if (!h->buf[i]) {
+            host_state_free(h);
+            return al_errf(err, AL_ENOMEM, "checkpoint: host copy of the model: out of memory");
+        }
+        if (download) AL_BE(tr->model.be, download, h->buf[i], dev[i], P * sizeof(float));
+    }
+    int rc = download ? AL_BE(tr->model.be, sync, err) : 0;
+    if (rc) host_state_free(h);
+    return rc;
+}
+
+/* Back to the device after a load (nothing to do on the CPU). */
+static int host_state_put(host_state *h, al_trainer *tr, al_err *err) {
+    if (!h->copied) return 0;
+    float *dev[3] = {tr->model.params, tr->m, tr->v};
+    for (int i = 0; i < 3; i++)
+        AL_BE(tr->model.be, upload, dev[i], h->buf[i], tr->model.lay.nparams * sizeof(float));
+    return AL_BE(tr->model.be, sync, err);
+}
+
 static int is_step_dir(const char *name, long *step) {
     if (strncmp(name, "step-", 5) != 0) return 0;
     char *end;
@@ -175,13 +220,16 @@ int al_ckpt_save_ex(const char *root, const al_trainer *tr, const char *config_h
         return al_errf(err, AL_EIO, "checkpoint %s: cannot create: %s", tmp, strerror(errno));
     const al_layout *lay = &tr->model.lay;
     const char *pfx_model[] = {""}, *pfx_optim[] = {"m.", "v."};
-    const float *buf_model[] = {tr->model.params}, *buf_optim[] = {tr->m, tr->v};
+    host_state hs;
+    if ((rc = host_state_get(&hs, tr, 1, err))) return rc;
+    const float *buf_model[] = {hs.buf[0]}, *buf_optim[] = {hs.buf[1], hs.buf[2]};
     snprintf(path, sizeof path, "%s/%s", tmp, CKPT_FILES[0]);
     rc = al_safetensors_write(path, lay, 1, pfx_model, buf_model, err);
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/%s", tmp, CKPT_FILES[1]);
         rc = al_safetensors_write(path, lay, 2, pfx_optim, buf_optim, err);
     }
+    host_state_free(&hs);
     /* the caller's own files (the agent's outer state, ...) go in the same folder */
     for (int i = 0; extra && i < extra->nfiles && rc == 0; i++) {
         snprintf(path, sizeof path, "%s/%s", tmp, extra->files[i]);
@@ -335,7 +383,9 @@ int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const
     char path[4200];
     const al_layout *lay = &tr->model.lay;
     const char *pfx_model[] = {""}, *pfx_optim[] = {"m.", "v."};
-    float *buf_model[] = {tr->model.params}, *buf_optim[] = {tr->m, tr->v};
+    host_state hs = {0};
+    if (rc == 0) rc = host_state_get(&hs, tr, 0, err);
+    float *buf_model[] = {hs.buf[0]}, *buf_optim[] = {hs.buf[1], hs.buf[2]};
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/%s", dir, CKPT_FILES[0]);
         rc = al_safetensors_read(path, lay, 1, pfx_model, buf_model, err);
@@ -344,6 +394,8 @@ int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const
         snprintf(path, sizeof path, "%s/%s", dir, CKPT_FILES[1]);
         rc = al_safetensors_read(path, lay, 2, pfx_optim, buf_optim, err);
     }
+    if (rc == 0) rc = host_state_put(&hs, tr, err);
+    host_state_free(&hs);
     if (rc == 0) {
         al_loader_state st = {(uint64_t)epoch, (uint64_t)next, (uint64_t)offset};
         rc = al_loader_seek(&tr->train, &st, err);

@@ -332,6 +332,11 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
         goto out;
     }
     al_config *c = &s.c;
+    if (strcmp(c->inner_device, "cpu")) {
+        rc = al_errf(err, AL_EUNSUPPORTED,
+                     "sim: [inner] device = %s: the simulator runs on the CPU", c->inner_device);
+        goto out;
+    }
     al_threads_set((int)(c->inner_threads > 0 ? c->inner_threads : 1));
     al_sim_opts o;
     al_sim_opts_default(&o);

@@ -17,9 +17,9 @@ static void on_signal(int sig) {
 
 static void train_usage(FILE *f) {
     fprintf(f, "usage: autoloco train [-c FILE.ini] [--set section.key=value]... [options]\n\n"
-               "Train a GPT model on one CPU worker. Prints step, loss, learning rate and\n"
-               "tokens/s; evaluates on the validation split; checkpoints at the end, every\n"
-               "[checkpoint] every steps, and on SIGINT/SIGTERM (then exits 0).\n\n"
+               "Train a GPT model on one worker (CPU or GPU). Prints step, loss, learning\n"
+               "rate and tokens/s; evaluates on the validation split; checkpoints at the\n"
+               "end, every [checkpoint] every steps, and on SIGINT/SIGTERM (then exits 0).\n\n"
                "options:\n"
                "  -c, --config FILE   INI configuration (see --help-config for every key)\n"
                "  --set S.K=V         override one key, e.g. --set inner.steps=500\n"
@@ -30,6 +30,8 @@ static void train_usage(FILE *f) {
                "  --workers W         same as --set inner.workers=W (> 1: W worker processes\n"
                "                      sharing one model over shared memory)\n"
                "  --mode odc|fsdp     same as --set inner.mode=...\n"
+               "  --device cpu|cuda   same as --set inner.device=... (cuda: the GPU backend;\n"
+               "                      with workers > 1, one GPU per worker, mod the count)\n"
                "  --help-config       list every configuration key with its default\n");
 }
 
@@ -37,6 +39,7 @@ typedef struct run {
     al_config cfg;
     al_tokens train, val;
     al_trainer tr;
+    const al_backend *be; /* the single worker's device (NULL: not opened) */
     al_log log;
     char hash[65];
 } run;
@@ -101,12 +104,17 @@ static int train_loop(run *r, al_err *err) {
 }
 
 int al_cmd_train(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {
-        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'},
-        {"steps", required_argument, 0, 'n'},  {"threads", required_argument, 0, 't'},
-        {"resume", required_argument, 0, 'r'}, {"help-config", no_argument, 0, 'H'},
-        {"help", no_argument, 0, 'h'},         {"workers", required_argument, 0, 'W'},
-        {"mode", required_argument, 0, 'M'},   {0, 0, 0, 0}};
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"set", required_argument, 0, 's'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"resume", required_argument, 0, 'r'},
+                                         {"help-config", no_argument, 0, 'H'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"workers", required_argument, 0, 'W'},
+                                         {"mode", required_argument, 0, 'M'},
+                                         {"device", required_argument, 0, 'D'},
+                                         {0, 0, 0, 0}};
     run r;
     memset(&r, 0, sizeof r);
     al_log_init(&r.log, AL_LOG_INFO, stderr);
@@ -144,6 +152,8 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
             al_err_prefix(err, "--workers");
         else if (ch == 'M' && (rc = al_config_set(&r.cfg, "inner", "mode", optarg, err)))
             al_err_prefix(err, "--mode");
+        else if (ch == 'D' && (rc = al_config_set(&r.cfg, "inner", "device", optarg, err)))
+            al_err_prefix(err, "--device");
         else if (ch == 'r')
             resume = optarg;
         if (rc) goto out;
@@ -166,6 +176,9 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
                      mc.preset, mc.T);
         goto out;
     }
+    /* one worker: this process opens the device (workers > 1 open their own,
+     * after the fork: the parent must not initialise CUDA) */
+    if (c->inner_workers == 1 && (rc = al_backend_open(&r.be, c->inner_device, 0, err))) goto out;
     /* fail before training, not after it, if checkpoints cannot be written */
     if ((rc = al_mkdirs(c->checkpoint_dir, err))) {
         al_err_prefix(err, "[checkpoint] dir");
@@ -181,6 +194,7 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
         rc = al_train_workers(c, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, r.hash, err);
         goto out;
     }
+    o.backend = r.be;
     if ((rc = al_trainer_init(&r.tr, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, err))) goto out;
     if (resume) {
         char dir[4096];
@@ -188,10 +202,10 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
         if ((rc = al_ckpt_load(dir, &r.tr, r.hash, &r.log, err))) goto out;
         printf("resumed from %s at step %ld\n", dir, r.tr.step);
     }
-    printf("autoloco train: preset %s (%zu parameters, L=%d C=%d NH=%d), %d x %d tokens x %d "
-           "accum, %ld steps, %d threads, packing %s\n",
-           mc.preset, r.tr.model.lay.nparams, mc.L, mc.C, mc.NH, r.tr.o.batch, r.tr.o.seq, o.accum,
-           o.steps, threads, c->data_packing);
+    printf("autoloco train: preset %s (%zu parameters, L=%d C=%d NH=%d) on %s, %d x %d tokens x "
+           "%d accum, %ld steps, %d threads, packing %s\n",
+           mc.preset, r.tr.model.lay.nparams, mc.L, mc.C, mc.NH, r.be->device, r.tr.o.batch,
+           r.tr.o.seq, o.accum, o.steps, threads, c->data_packing);
     printf("data: %s (%zu tokens, %zu documents)", r.train.path, r.train.n, r.train.ndocs);
     if (r.val.tok) printf(", val %s (%zu tokens)", r.val.path, r.val.n);
     printf("\n");
@@ -203,6 +217,7 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     signal(SIGTERM, SIG_DFL);
 out:
     al_trainer_free(&r.tr);
+    al_backend_close(r.be);
     al_tokens_free(&r.train);
     al_tokens_free(&r.val);
     al_config_free(&r.cfg);

@@ -72,6 +72,8 @@ int al_train_workers(const al_config *c, const al_model_config *mc, const al_tra
     else if ((rc = al_balance_parse(c->inner_balance, &eo.bal.method, err)))
         return al_err_prefix(err, "[inner] balance");
     eo.train = *o;
+    eo.train.backend = NULL; /* the workers open their own */
+    eo.device = c->inner_device;
     eo.site = "train";
     if ((rc = al_tokens_check_vocab(train, mc, err))) return rc;
     wsource src = {.n = (int)(o->batch * o->accum)};
@@ -88,9 +90,9 @@ int al_train_workers(const al_config *c, const al_model_config *mc, const al_tra
     progress pr = {c->inner_log_every, o->steps, 0, 0, 0, 0};
     e.on_step = on_step;
     e.on_step_ctx = &pr;
-    printf("autoloco train: %d workers (%s, balance %s, %d thread(s) each), preset %s (%zu "
+    printf("autoloco train: %d workers on %s (%s, balance %s, %d thread(s) each), preset %s (%zu "
            "parameters), %d pieces of <= %d tokens per step, %ld steps\n",
-           eo.workers, al_mode_name(eo.mode), al_balance_name(eo.bal.method), eo.threads,
+           eo.workers, eo.device, al_mode_name(eo.mode), al_balance_name(eo.bal.method), eo.threads,
            mc->preset, e.lay.nparams, src.n, seq, o->steps);
     double t0 = al_now();
     if ((rc = al_odc_run(&e, o->steps, err))) goto out_e;

@@ -79,6 +79,24 @@ printf '{"text": "a"}\n{"txt": 1}\n' >"$tmp/bad.jsonl"
 expect 1 "bad.jsonl:2: no string field" -- data prep --format jsonl -o "$tmp/x" "$tmp/bad.jsonl"
 printf '{"text": "a"}\n{"text": \n' >"$tmp/bad2.jsonl"
 expect 1 "bad2.jsonl:2: bad JSON" -- data prep --format jsonl -o "$tmp/x" "$tmp/bad2.jsonl"
+# the device: one clear line without a usable GPU (or a CUDA build); with one, a short run
+expect 1 "device: 'gpu' is not one of cpu\|cuda" -- train "${common[@]}" --device gpu
+if "$bin" bench gpu --preset tiny --batch 1 --seq 8 --steps 1 >"$tmp/gpu.out" 2>&1; then
+    if "$bin" train "${common[@]}" --device cuda --steps 2 --set checkpoint.dir="$tmp/ckg" \
+        >"$tmp/gpu-train.out" 2>&1 && grep -q "saved checkpoint" "$tmp/gpu-train.out"; then
+        echo "ok: a GPU is usable: train --device cuda ran 2 steps and saved"
+        pass=$((pass + 1))
+    else
+        echo "FAIL: train --device cuda on a usable GPU: $(tail -3 "$tmp/gpu-train.out")"
+        fail=$((fail + 1))
+    fi
+else
+    nogpu="this build has no CUDA backend \(configure with -Dcuda=enabled\)|no CUDA device: "
+    expect 1 "$nogpu" -- train "${common[@]}" --device cuda --steps 1
+    expect 1 "$nogpu" -- train "${common[@]}" --device cuda --steps 1 --workers 2
+    expect 1 "$nogpu" -- bench gpu --preset tiny --steps 1
+    expect 1 "$nogpu" -- bench inner --device cuda --preset tiny --seq 8 --steps 1
+fi
 
 # a real short run, then resume from its checkpoint
 if out=$("$bin" train "${common[@]}" --steps 6 --set inner.log_every=3 2>&1) &&

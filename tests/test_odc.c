@@ -12,7 +12,10 @@
  *  - a stale segment left by a killed earlier run is removed and does not
  *    disturb the next run;
  *  - a non-finite gradient norm stops the run with AL_ENUMERIC before any
- *    update.
+ *    update;
+ *  - the GPU engine's code path on the CPU (device "staged": chunked shards
+ *    in each worker's "device" memory, transport/nccl in host mode, the model
+ *    on a staged backend) gives the CPU engine's result, W = 1..3.
  */
 #include "al_test.h"
 
@@ -221,6 +224,61 @@ static void test_equivalence(void **state) {
     al_layout_free(&lay);
 }
 
+static void test_staged_gpu_path(void **state) {
+    fixture *f = *state;
+    al_model_config mc;
+    al_err err = {0};
+    assert_int_equal(al_model_preset(&mc, "tiny", &err), 0);
+    al_layout lay;
+    assert_int_equal(al_layout_init(&lay, &mc, &err), 0);
+    size_t P = lay.nparams;
+    float *ref = malloc(P * sizeof(float));
+    double ref_loss[STEPS];
+    reference(f, &mc, ref, ref_loss);
+    double *refd = t_to_d(ref, P);
+    for (int W = 1; W <= 3; W++) {
+        float *cpu = NULL;
+        for (int staged = 0; staged < 2; staged++) {
+            al_odc_opts o;
+            engine_opts(f, &o, AL_MODE_ODC, W);
+            o.device = staged ? "staged" : "cpu";
+            source src;
+            assert_int_equal(al_workload_init(&src.wl, AL_WL_DOCS, &f->data, 32, 11, 0, 0, &err),
+                             0);
+            al_odc e;
+            assert_int_equal(al_odc_init(&e, &mc, &o, &f->data, source_next, &src, &err), 0);
+            int rc = al_odc_run(&e, 3, &err);
+            if (rc == 0) rc = al_odc_run(&e, STEPS - 3, &err);
+            if (rc) fail_msg("%s W=%d: %s", o.device, W, err.msg);
+            char what[96];
+            snprintf(what, sizeof what, "%s odc W=%d params vs trainer", o.device, W);
+            assert_err_below(what, t_max_rel_err(e.params, refd, P), TOL_PARAM);
+            double lerr = 0;
+            for (int s = 1; s <= STEPS; s++)
+                lerr = fmax(lerr, fabs(al_odc_stats(&e, s)->loss - ref_loss[s - 1]) /
+                                      fabs(ref_loss[s - 1]));
+            snprintf(what, sizeof what, "%s odc W=%d losses vs trainer", o.device, W);
+            assert_err_below(what, lerr, TOL_LOSS);
+            if (!staged) {
+                cpu = malloc(P * sizeof(float));
+                memcpy(cpu, e.params, P * sizeof(float));
+            } else {
+                double *cd = t_to_d(cpu, P);
+                snprintf(what, sizeof what, "staged odc W=%d params vs cpu odc", W);
+                assert_err_below(what, t_max_rel_err(e.params, cd, P), TOL_PARAM);
+                free(cd);
+            }
+            al_odc_free(&e);
+            al_workload_free(&src.wl);
+            assert_int_equal(shm_leftovers(f), 0);
+        }
+        free(cpu);
+    }
+    free(refd);
+    free(ref);
+    al_layout_free(&lay);
+}
+
 static void test_worker_killed(void **state) {
     fixture *f = *state;
     al_model_config mc;
@@ -323,7 +381,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_equivalence),   cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_stale_segment), cmocka_unit_test(test_nonfinite),
-        cmocka_unit_test(test_bad_budget),
+        cmocka_unit_test(test_bad_budget),    cmocka_unit_test(test_staged_gpu_path),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -5,7 +5,10 @@
  *  - the loader packs documents correctly and a saved position is exact;
  *  - bad inputs fail with a clear message, never a crash: missing, truncated
  *    or foreign token files, vocabulary mismatch, bad config, unwritable or
- *    corrupt checkpoints (a corrupt newest checkpoint falls back to the previous).
+ *    corrupt checkpoints (a corrupt newest checkpoint falls back to the previous);
+ *  - the trainer on a staged backend (CPU kernels, on_host = 0: moments on the
+ *    "device", checkpoints copied through the host) is bit-identical to the
+ *    CPU trainer, across a save and a load.
  */
 #include "al_test.h"
 
@@ -117,6 +120,55 @@ static void test_resume_bit_identical(void **state) {
     al_trainer_free(&fresh);
     al_trainer_free(&a);
     al_trainer_free(&c2);
+    al_tokens_free(&tr_tok);
+    al_tokens_free(&va_tok);
+}
+
+static void test_staged_trainer(void **state) {
+    (void)state;
+    al_err err = {0};
+    al_tokens tr_tok, va_tok;
+    load_data(&tr_tok, &va_tok);
+    al_model_config c;
+    assert_int_equal(al_model_preset(&c, "tiny", &err), 0);
+    al_train_opts o;
+    tiny_opts(&o);
+    const int N = 3;
+    al_step_stats st;
+    al_trainer a;
+    assert_int_equal(al_trainer_init(&a, &c, &o, &tr_tok, &va_tok, &err), 0);
+    for (int i = 0; i < 2 * N; i++) assert_int_equal(al_trainer_step(&a, &st, &err), 0);
+    al_backend staged = *al_backend_cpu();
+    staged.name = "staged";
+    staged.on_host = 0;
+    o.backend = &staged;
+    char root[512], dir[4096];
+    path_of(root, "ckpt-staged");
+    al_trainer b;
+    assert_int_equal(al_trainer_init(&b, &c, &o, &tr_tok, &va_tok, &err), 0);
+    for (int i = 0; i < N; i++) assert_int_equal(al_trainer_step(&b, &st, &err), 0);
+    assert_int_equal(al_ckpt_save(root, &b, "hash", 2, dir, sizeof dir, &err), 0);
+    al_trainer_free(&b);
+    al_trainer s;
+    assert_int_equal(al_trainer_init(&s, &c, &o, &tr_tok, &va_tok, &err), 0);
+    al_log log;
+    al_log_init(&log, AL_LOG_ERROR, stderr);
+    assert_int_equal(al_ckpt_load(dir, &s, "hash", &log, &err), 0);
+    for (int i = 0; i < N; i++) assert_int_equal(al_trainer_step(&s, &st, &err), 0);
+    size_t P = a.model.lay.nparams;
+    float *h = malloc(P * sizeof(float));
+    const float *want[] = {a.model.params, a.m, a.v}, *got[] = {s.model.params, s.m, s.v};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(al_model_to_host(&s.model, h, got[k], P, &err), 0);
+        assert_memory_equal(h, want[k], P * sizeof(float));
+    }
+    free(h);
+    double la, ls;
+    assert_int_equal(al_trainer_eval(&a, 2, &la, &err), 0);
+    assert_int_equal(al_trainer_eval(&s, 2, &ls, &err), 0);
+    assert_true(la == ls);
+    al_trainer_free(&a);
+    al_trainer_free(&s);
     al_tokens_free(&tr_tok);
     al_tokens_free(&va_tok);
 }
@@ -389,13 +441,10 @@ static void test_prep_formats(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_loader_packing),
-        cmocka_unit_test(test_resume_bit_identical),
-        cmocka_unit_test(test_training_reduces_loss),
-        cmocka_unit_test(test_bad_token_files),
-        cmocka_unit_test(test_bad_config),
-        cmocka_unit_test(test_bad_checkpoints),
-        cmocka_unit_test(test_prep_formats),
+        cmocka_unit_test(test_loader_packing),  cmocka_unit_test(test_resume_bit_identical),
+        cmocka_unit_test(test_staged_trainer),  cmocka_unit_test(test_training_reduces_loss),
+        cmocka_unit_test(test_bad_token_files), cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_bad_checkpoints), cmocka_unit_test(test_prep_formats),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

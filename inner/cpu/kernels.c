@@ -369,6 +369,10 @@ double al_sumsq(const float *x, size_t n) {
     return s;
 }
 
+void al_add(float *acc, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
 void al_scale(float *x, size_t n, float s) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;

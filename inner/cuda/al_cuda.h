@@ -28,6 +28,8 @@ typedef struct al_cuda {
     char name[256];
 } al_cuda;
 
+/* GPUs CUDA can use (0 when there is no driver or device). */
+int al_cuda_device_count(void);
 /* Pick `device`, create a stream and a cuBLAS handle. */
 int al_cuda_init(al_cuda *g, int device, al_err *err);
 void al_cuda_free(al_cuda *g);
@@ -39,6 +41,8 @@ void al_cuda_release(al_cuda *g, void *p);
 int al_cuda_upload(al_cuda *g, void *dst, const void *src, size_t bytes, al_err *err);
 int al_cuda_download(al_cuda *g, void *dst, const void *src, size_t bytes, al_err *err);
 int al_cuda_zero(al_cuda *g, void *p, size_t bytes, al_err *err);
+/* device to device, on the stream (does not wait) */
+int al_cuda_copy(al_cuda *g, void *dst, const void *src, size_t bytes, al_err *err);
 
 void al_encoder_forward_cuda(al_cuda *g, float *out, const int *tok, const int *pos,
                              const float *wte, const float *wpe, int N, int C);
@@ -68,6 +72,14 @@ void al_crossentropy_backward_cuda(al_cuda *g, float *logits, const int *target,
                                    int V, int Vp);
 void al_adamw_update_cuda(al_cuda *g, float *p, const float *grad, float *m, float *v, size_t n,
                           float lr, float beta1, float beta2, float eps, float wd, int t);
+/* Sum of squares: AL_CUDA_SUMSQ_BLOCKS partial sums (double, device memory);
+ * the caller adds them in order. Repeatable for a given n. */
+#define AL_CUDA_SUMSQ_BLOCKS 1024
+void al_sumsq_cuda(al_cuda *g, double *partials, const float *x, size_t n);
+/* x *= s */
+void al_scale_cuda(al_cuda *g, float *x, size_t n, float s);
+/* acc += x (acc may be another process's memory opened through CUDA IPC) */
+void al_add_cuda(al_cuda *g, float *acc, const float *x, size_t n);
 
 #ifdef __cplusplus
 }

@@ -22,15 +22,20 @@ static unsigned blocks_for(size_t n, unsigned threads) {
 
 /* ---- context -------------------------------------------------------------------- */
 
+extern "C" int al_cuda_device_count(void) {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 extern "C" int al_cuda_init(al_cuda *g, int device, al_err *err) {
     memset(g, 0, sizeof *g);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess)
-        return al_errf(err, AL_EUNSUPPORTED, "no usable CUDA device: %s", cudaGetErrorString(e));
+        return al_errf(err, AL_EUNSUPPORTED, "no CUDA device: %s", cudaGetErrorString(e));
     if (device < 0 || device >= count)
-        return al_errf(err, AL_EUNSUPPORTED, "CUDA device %d requested, %d present", device,
-                       count);
+        return al_errf(err, AL_EUNSUPPORTED, "no CUDA device: device %d requested, %d present",
+                       device, count);
     if ((e = cudaSetDevice(device)) != cudaSuccess)
         return al_errf(err, AL_EIO, "cudaSetDevice(%d): %s", device, cudaGetErrorString(e));
     cudaDeviceProp prop;
@@ -451,4 +456,51 @@ extern "C" void al_adamw_update_cuda(al_cuda *g, float *p, const float *grad, fl
     float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
     adamw<<<blocks_for(n, 256), 256, 0, STREAM(g)>>>(p, grad, m, v, n, lr, beta1, beta2, eps, wd,
                                                      c1, c2);
+}
+
+/* ---- sum of squares, scale ------------------------------------------------------------ */
+
+/* AL_CUDA_SUMSQ_BLOCKS blocks of 256 threads stride over x; each block reduces
+ * its threads' partials in a fixed tree, so the partials are repeatable. */
+__global__ static void sumsq_partials(double *out, const float *x, size_t n) {
+    __shared__ double sh[256];
+    double s = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * (double)x[i];
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int o = 128; o > 0; o >>= 1) {
+        if ((int)threadIdx.x < o) sh[threadIdx.x] += sh[threadIdx.x + o];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = sh[0];
+}
+
+extern "C" void al_sumsq_cuda(al_cuda *g, double *partials, const float *x, size_t n) {
+    sumsq_partials<<<AL_CUDA_SUMSQ_BLOCKS, 256, 0, STREAM(g)>>>(partials, x, n);
+}
+
+__global__ static void scale_kernel(float *x, size_t n, float s) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+extern "C" void al_scale_cuda(al_cuda *g, float *x, size_t n, float s) {
+    if (n) scale_kernel<<<blocks_for(n, 256), 256, 0, STREAM(g)>>>(x, n, s);
+}
+
+__global__ static void add_kernel(float *acc, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) acc[i] += x[i];
+}
+
+extern "C" void al_add_cuda(al_cuda *g, float *acc, const float *x, size_t n) {
+    if (n) add_kernel<<<blocks_for(n, 256), 256, 0, STREAM(g)>>>(acc, x, n);
+}
+
+extern "C" int al_cuda_copy(al_cuda *g, void *dst, const void *src, size_t n, al_err *err) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, STREAM(g));
+    if (e != cudaSuccess) return al_errf(err, AL_EIO, "cudaMemcpy: %s", cudaGetErrorString(e));
+    return 0;
 }

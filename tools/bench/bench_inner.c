@@ -11,6 +11,7 @@
  * sgemm GFLOP/s.
  */
 #include "al_cli.h"
+#include "al_bench.h"
 #include "al_train.h"
 
 #include <cblas.h>
@@ -57,21 +58,75 @@ static int time_sgemm(int n, int reps, double *secs, al_err *err) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: autoloco bench inner [--preset P] [--batch B] [--seq T] [--threads N]\n"
-               "                            [--steps N] [--json]\n\n"
+               "                            [--steps N] [--device cpu|cuda] [--json]\n\n"
                "Times full training steps (forward, backward, clipping, AdamW) on random\n"
                "tokens, and OpenBLAS sgemm at 2048^3 with the same threads, in one run.\n"
                "FLOPs per step: 6*N*tokens + 6*L*C*T*tokens (N = parameters incl. embeddings).\n"
                "Defaults: --preset small --batch 8 --seq 256 --threads <cores> --steps 10.\n"
+               "--device cuda times the same steps on the GPU backend (no sgemm yardstick).\n"
                "--json prints one JSON object as the last line.\n");
 }
 
+int al_bench_steps(const al_model_config *mc, const al_backend *be, int batch, int seq, int steps,
+                   al_bench_steps_result *res, al_err *err) {
+    memset(res, 0, sizeof *res);
+    al_train_opts o;
+    al_train_opts_default(&o);
+    o.batch = batch;
+    o.seq = seq;
+    o.steps = 1000000;
+    o.warmup = 0;
+    o.backend = be;
+    al_trainer tr;
+    int rc = al_trainer_init(&tr, mc, &o, NULL, NULL, err);
+    if (rc) return rc;
+    /* random fixed-length rows */
+    al_batch *b = &tr.mb[0];
+    al_rng r;
+    al_rng_seed(&r, 1);
+    for (long i = 0; i < (long)batch * seq; i++) {
+        b->tokens[i] = (int)al_rng_below(&r, (uint64_t)mc->V);
+        b->targets[i] = (int)al_rng_below(&r, (uint64_t)mc->V);
+        b->pos[i] = (int)(i % seq);
+        b->docstart[i] = 0;
+    }
+    b->ntargets = batch * seq;
+    double *t = calloc((size_t)steps, sizeof(double));
+    if (!t) {
+        al_trainer_free(&tr);
+        return al_errf(err, AL_ENOMEM, "bench: out of memory");
+    }
+    al_step_stats st;
+    for (int i = 0; i < 2 && rc == 0; i++) rc = al_trainer_step_batches(&tr, b, 1, &st, err);
+    for (int i = 0; i < steps && rc == 0; i++) {
+        rc = al_trainer_step_batches(&tr, b, 1, &st, err);
+        t[i] = st.seconds;
+    }
+    if (rc == 0) {
+        double tokens = (double)batch * seq;
+        res->step_s = median(t, steps);
+        res->params = tr.model.lay.nparams;
+        res->flops =
+            6.0 * (double)res->params * tokens + 6.0 * mc->L * mc->C * (double)seq * tokens;
+        res->loss = st.loss;
+        snprintf(res->device, sizeof res->device, "%s", be->device);
+    }
+    free(t);
+    al_trainer_free(&tr);
+    return rc;
+}
+
 int al_bench_inner(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'}, {"batch", required_argument, 0, 'b'},
-        {"seq", required_argument, 0, 's'},    {"threads", required_argument, 0, 't'},
-        {"steps", required_argument, 0, 'n'},  {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    const char *preset = "small";
+    static const struct option opts[] = {{"preset", required_argument, 0, 'p'},
+                                         {"batch", required_argument, 0, 'b'},
+                                         {"seq", required_argument, 0, 's'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"device", required_argument, 0, 'd'},
+                                         {0, 0, 0, 0}};
+    const char *preset = "small", *device = "cpu";
     long batch = 8, seq = 256, threads = sysconf(_SC_NPROCESSORS_ONLN), steps = 10;
     int json = 0, ch, rc = 0;
     optind = 1;
@@ -95,6 +150,9 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
         case 'j':
             json = 1;
             break;
+        case 'd':
+            device = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 0;
@@ -110,49 +168,33 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
         return al_errf(err, AL_EINVAL, "--seq %ld exceeds preset '%s' context %d", seq, preset,
                        mc.T);
     al_threads_set((int)threads);
-    al_train_opts o;
-    al_train_opts_default(&o);
-    o.batch = (int)batch;
-    o.seq = (int)seq;
-    o.steps = 1000000;
-    o.warmup = 0;
-    al_trainer tr;
-    if ((rc = al_trainer_init(&tr, &mc, &o, NULL, NULL, err))) return rc;
-    /* random fixed-length rows */
-    al_batch *b = &tr.mb[0];
-    al_rng r;
-    al_rng_seed(&r, 1);
-    for (long i = 0; i < batch * seq; i++) {
-        b->tokens[i] = (int)al_rng_below(&r, (uint64_t)mc.V);
-        b->targets[i] = (int)al_rng_below(&r, (uint64_t)mc.V);
-        b->pos[i] = (int)(i % seq);
-        b->docstart[i] = 0;
-    }
-    b->ntargets = (int)(batch * seq);
-    double sg[2];
-    if ((rc = time_sgemm(2048, 5, &sg[0], err))) goto out;
-    double *t = calloc((size_t)steps, sizeof(double));
-    al_step_stats st;
-    for (int i = 0; i < 2 && rc == 0; i++) rc = al_trainer_step_batches(&tr, b, 1, &st, err);
-    for (long i = 0; i < steps && rc == 0; i++) {
-        rc = al_trainer_step_batches(&tr, b, 1, &st, err);
-        t[i] = st.seconds;
-    }
-    if (rc == 0) rc = time_sgemm(2048, 5, &sg[1], err);
-    if (rc) {
-        free(t);
-        goto out;
-    }
-    double step_s = median(t, (int)steps);
-    free(t);
+    const al_backend *be = NULL;
+    if ((rc = al_backend_open(&be, device, 0, err))) return rc;
+    int on_cpu = be->on_host;
+    double sg[2] = {0, 0};
+    al_bench_steps_result res;
+    if (on_cpu) rc = time_sgemm(2048, 5, &sg[0], err);
+    if (rc == 0) rc = al_bench_steps(&mc, be, (int)batch, (int)seq, (int)steps, &res, err);
+    if (rc == 0 && on_cpu) rc = time_sgemm(2048, 5, &sg[1], err);
+    al_backend_close(be);
+    if (rc) return rc;
+    double step_s = res.step_s, tokens = (double)(batch * seq), gflops = res.flops / step_s * 1e-9;
     double sgemm_s = 0.5 * (sg[0] + sg[1]);
-    double tokens = (double)(batch * seq);
-    double flops =
-        6.0 * (double)tr.model.lay.nparams * tokens + 6.0 * mc.L * mc.C * (double)seq * tokens;
-    double gflops = flops / step_s * 1e-9,
-           sgemm_gflops = 2.0 * 2048.0 * 2048.0 * 2048.0 / sgemm_s * 1e-9;
+    double sgemm_gflops = on_cpu ? 2.0 * 2048.0 * 2048.0 * 2048.0 / sgemm_s * 1e-9 : 0.0;
+    if (!on_cpu) { /* no sgemm yardstick on the GPU: `bench gpu` reports TFLOP/s */
+        printf("bench inner: preset %s (%zu params) on %s, batch %ld x seq %ld, %ld steps\n",
+               preset, res.params, res.device, batch, seq, steps);
+        printf("  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n", "ms per step (median)",
+               step_s * 1e3, "tokens/s", tokens / step_s, "step GFLOP/s", gflops);
+        if (json)
+            printf("{\"preset\":\"%s\",\"device\":\"%s\",\"batch\":%ld,\"seq\":%ld,"
+                   "\"params\":%zu,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f}\n",
+                   preset, res.device, batch, seq, res.params, step_s * 1e3, tokens / step_s,
+                   gflops);
+        return 0;
+    }
     printf("bench inner: preset %s (%zu params), batch %ld x seq %ld, %ld threads, %ld steps\n",
-           preset, tr.model.lay.nparams, batch, seq, threads, steps);
+           preset, res.params, batch, seq, threads, steps);
     printf("  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n  %-22s %12.1f\n  %-22s %12.3f\n",
            "ms per step (median)", step_s * 1e3, "tokens/s", tokens / step_s, "step GFLOP/s",
            gflops, "sgemm 2048^3 GFLOP/s", sgemm_gflops, "ratio to sgemm", gflops / sgemm_gflops);
@@ -160,9 +202,7 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
         printf("{\"preset\":\"%s\",\"batch\":%ld,\"seq\":%ld,\"threads\":%ld,\"params\":%zu,"
                "\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
                "\"ratio_to_sgemm\":%.4f}\n",
-               preset, batch, seq, threads, tr.model.lay.nparams, step_s * 1e3, tokens / step_s,
-               gflops, sgemm_gflops, gflops / sgemm_gflops);
-out:
-    al_trainer_free(&tr);
-    return rc;
+               preset, batch, seq, threads, res.params, step_s * 1e3, tokens / step_s, gflops,
+               sgemm_gflops, gflops / sgemm_gflops);
+    return 0;
 }

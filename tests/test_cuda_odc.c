@@ -1,0 +1,284 @@
+/*
+ * test_cuda_odc.c -- the ODC engine and the FSDP baseline on GPU workers
+ * (transport/nccl) against the CPU.
+ *
+ *  - odc on GPUs, W = 1, 2, 3 worker processes (CUDA IPC; they may share one
+ *    GPU), two runs of 3 + 2 steps (state goes back to the segment between
+ *    runs): parameters within TOL_PARAM of the single-worker CPU trainer on
+ *    the same 5 minibatches (max difference relative to the largest
+ *    parameter), every step's loss within TOL_LOSS, and within TOL_PARAM of the
+ *    CPU engine with the same W.
+ *  - fsdp on GPUs over NCCL, W = 1 and, where at least W GPUs exist, W = 2, 3
+ *    (NCCL refuses two ranks on one device: with fewer GPUs that W is skipped,
+ *    and the test says so): the same tolerances against the same reference,
+ *    and parameters within TOL_PARAM of GPU odc with the same W.
+ *
+ * Tolerances: TOL_PARAM 1e-4, TOL_LOSS 1e-5. The devices differ in fp32
+ * summation order (and the GPU engine cuts units into ceil(n/W) chunks), as
+ * the CPU engine's test does, plus the GPU kernels' rounding (1e-4 per kernel,
+ * tests/test_cuda.c).
+ *
+ * Without a usable GPU: "SKIP: <reason>", exit 77. The check runs in a child
+ * process: CUDA must not be initialised in a parent that forks GPU workers.
+ */
+#include "al_test.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "al_odc.h"
+
+#define STEPS     5
+#define PIECES    12
+#define TOL_PARAM 1e-4
+#define TOL_LOSS  1e-5
+
+typedef struct fixture {
+    char tmp[256], site[64];
+    al_tokens data;
+    int ngpu;
+} fixture;
+
+static int g_ngpu; /* GPUs seen by the probe child */
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    f->ngpu = g_ngpu;
+    snprintf(f->tmp, sizeof f->tmp, "/tmp/al-test-cuda-odc-%d", (int)getpid());
+    snprintf(f->site, sizeof f->site, "test-cuda-odc-%d", (int)getpid());
+    al_remove_tree(f->tmp, NULL);
+    mkdir(f->tmp, 0755);
+    char path[512], out[512];
+    snprintf(path, sizeof path, "%s/corpus.txt", f->tmp);
+    FILE *fp = fopen(path, "w");
+    al_rng r;
+    al_rng_seed(&r, 5);
+    for (int d = 0; d < 200; d++) {
+        int len = 3 + (int)al_rng_below(&r, 58);
+        for (int i = 0; i < len; i++) fputc("abcdefgh ijk\n"[al_rng_below(&r, 12)], fp);
+        fputs("\n\n", fp);
+    }
+    fclose(fp);
+    snprintf(out, sizeof out, "%s/data", f->tmp);
+    const char *in[] = {path};
+    al_prep_stats st;
+    al_err err = {0};
+    *state = f;
+    int rc = al_data_prep(in, 1, AL_FMT_TEXT, out, 0.1, 1, &st, &err);
+    snprintf(path, sizeof path, "%s/data/train.bin", f->tmp);
+    if (rc == 0) rc = al_tokens_load(&f->data, path, &err);
+    if (rc) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return -1;
+    }
+    al_threads_set(1);
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    al_tokens_free(&f->data);
+    al_remove_tree(f->tmp, NULL);
+    free(f);
+    return 0;
+}
+
+typedef struct source {
+    al_workload wl;
+    al_piece pieces[PIECES];
+} source;
+
+static int source_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err) {
+    (void)step, (void)err;
+    source *s = ctx;
+    al_workload_next(&s->wl, s->pieces, PIECES);
+    *pieces = s->pieces;
+    *n = PIECES;
+    return 0;
+}
+
+static void opts_for(al_train_opts *t) {
+    al_train_opts_default(t);
+    t->batch = 1;
+    t->seq = 32;
+    t->steps = 20;
+    t->warmup = 2;
+    t->lr = 1e-2;
+    t->grad_clip = 1.0;
+    t->seed = 7;
+}
+
+/* The single-worker CPU trainer on the same minibatches (a W = 1 plan). */
+static void reference(fixture *f, const al_model_config *mc, float *params, double *losses) {
+    al_train_opts t;
+    opts_for(&t);
+    al_trainer tr;
+    al_err err = {0};
+    assert_int_equal(al_trainer_init(&tr, mc, &t, NULL, NULL, &err), 0);
+    source src;
+    assert_int_equal(al_workload_init(&src.wl, AL_WL_DOCS, &f->data, 32, 11, 0, 0, &err), 0);
+    al_balance_opts bo = {AL_BAL_LPT, 32, 0.0};
+    for (int s = 0; s < STEPS; s++) {
+        const al_piece *pc;
+        int n;
+        source_next(&src, s, &pc, &n, &err);
+        al_plan p;
+        assert_int_equal(al_plan_build(&p, pc, n, 1, &bo, &err), 0);
+        al_batch *mbs = calloc((size_t)p.nmb, sizeof(al_batch));
+        for (int k = 0; k < p.nmb; k++) {
+            assert_int_equal(al_batch_init(&mbs[k], 1, 32, &err), 0);
+            al_plan_batch(&p, k, pc, &f->data, &mbs[k]);
+        }
+        al_step_stats st;
+        assert_int_equal(al_trainer_step_batches(&tr, mbs, p.nmb, &st, &err), 0);
+        losses[s] = st.loss;
+        for (int k = 0; k < p.nmb; k++) al_batch_free(&mbs[k]);
+        free(mbs);
+        al_plan_free(&p);
+    }
+    memcpy(params, tr.model.params, tr.model.lay.nparams * sizeof(float));
+    al_workload_free(&src.wl);
+    al_trainer_free(&tr);
+}
+
+/* Run the engine for STEPS (3 + 2) on `device`; fills params and losses. */
+static int run_engine(fixture *f, const al_model_config *mc, al_engine_mode mode, int W,
+                      const char *device, float *params, double *losses, al_err *err) {
+    al_odc_opts o;
+    memset(&o, 0, sizeof o);
+    o.mode = mode;
+    o.workers = W;
+    o.threads = 1;
+    o.bal = (al_balance_opts){mode == AL_MODE_FSDP ? AL_BAL_MICRO : AL_BAL_LPT, 32, 0.0};
+    opts_for(&o.train);
+    o.site = f->site;
+    o.barrier_timeout_s = 60;
+    o.device = device;
+    source src;
+    assert_int_equal(al_workload_init(&src.wl, AL_WL_DOCS, &f->data, 32, 11, 0, 0, err), 0);
+    al_odc e;
+    assert_int_equal(al_odc_init(&e, mc, &o, &f->data, source_next, &src, err), 0);
+    int rc = al_odc_run(&e, 3, err);
+    if (rc == 0) rc = al_odc_run(&e, STEPS - 3, err);
+    if (rc == 0) {
+        memcpy(params, e.params, e.lay.nparams * sizeof(float));
+        for (int s = 1; s <= STEPS; s++) losses[s - 1] = al_odc_stats(&e, s)->loss;
+    }
+    al_odc_free(&e);
+    al_workload_free(&src.wl);
+    return rc;
+}
+
+static void check(const char *what, const float *params, const double *losses, const double *refd,
+                  const double *ref_loss, size_t P) {
+    char label[128];
+    snprintf(label, sizeof label, "%s params", what);
+    assert_err_below(label, t_max_rel_err(params, refd, P), TOL_PARAM);
+    double lerr = 0;
+    for (int s = 0; s < STEPS; s++)
+        lerr = fmax(lerr, fabs(losses[s] - ref_loss[s]) / fabs(ref_loss[s]));
+    snprintf(label, sizeof label, "%s losses", what);
+    assert_err_below(label, lerr, TOL_LOSS);
+}
+
+static void test_gpu_engines(void **state) {
+    fixture *f = *state;
+    al_model_config mc;
+    al_err err = {0};
+    assert_int_equal(al_model_preset(&mc, "tiny", &err), 0);
+    al_layout lay;
+    assert_int_equal(al_layout_init(&lay, &mc, &err), 0);
+    size_t P = lay.nparams;
+    float *ref = malloc(P * sizeof(float)), *got = malloc(P * sizeof(float));
+    double ref_loss[STEPS], loss[STEPS];
+    reference(f, &mc, ref, ref_loss);
+    double *refd = t_to_d(ref, P), *odcd[4] = {0};
+    char what[96];
+    for (int W = 1; W <= 3; W++) {
+        /* the CPU engine with the same W, then the GPU engine */
+        if (run_engine(f, &mc, AL_MODE_ODC, W, "cpu", got, loss, &err))
+            fail_msg("cpu odc W=%d: %s", W, err.msg);
+        double *cpud = t_to_d(got, P);
+        if (run_engine(f, &mc, AL_MODE_ODC, W, "cuda", got, loss, &err))
+            fail_msg("cuda odc W=%d: %s", W, err.msg);
+        snprintf(what, sizeof what, "cuda odc W=%d vs cpu trainer:", W);
+        check(what, got, loss, refd, ref_loss, P);
+        snprintf(what, sizeof what, "cuda odc W=%d vs cpu odc W=%d: params", W, W);
+        assert_err_below(what, t_max_rel_err(got, cpud, P), TOL_PARAM);
+        free(cpud);
+        odcd[W] = t_to_d(got, P);
+    }
+    for (int W = 1; W <= 3; W++) {
+        if (W > f->ngpu) {
+            print_message("  SKIP: fsdp over NCCL with W=%d needs %d GPUs, %d present (NCCL "
+                          "refuses two ranks on one GPU)\n",
+                          W, W, f->ngpu);
+            continue;
+        }
+        if (run_engine(f, &mc, AL_MODE_FSDP, W, "cuda", got, loss, &err))
+            fail_msg("cuda fsdp W=%d: %s", W, err.msg);
+        snprintf(what, sizeof what, "cuda fsdp W=%d vs cpu trainer:", W);
+        check(what, got, loss, refd, ref_loss, P);
+        snprintf(what, sizeof what, "cuda fsdp W=%d vs cuda odc W=%d: params", W, W);
+        assert_err_below(what, t_max_rel_err(got, odcd[W], P), TOL_PARAM);
+    }
+    for (int W = 1; W <= 3; W++) free(odcd[W]);
+    free(refd), free(ref), free(got);
+    al_layout_free(&lay);
+}
+
+/* GPUs a child process sees (CUDA stays uninitialised here); -1 with the
+ * reason in `why` when none is usable. */
+static int probe(char *why, size_t n) {
+    if (!al_odc_gpu_available()) {
+        snprintf(why, n, "this build has no CUDA backend with NCCL");
+        return -1;
+    }
+    int fd[2];
+    if (pipe(fd)) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        const al_backend *be = NULL;
+        al_err err = {0};
+        int count = al_backend_device_count("cuda");
+        if (al_backend_open(&be, "cuda", 0, &err) == 0) {
+            snprintf(err.msg, sizeof err.msg, "%d %s", count, be->device);
+            al_backend_close(be);
+        } else {
+            count = -1;
+        }
+        char msg[600];
+        int len = snprintf(msg, sizeof msg, "%d|%s", count, err.msg);
+        ssize_t wr = write(fd[1], msg, (size_t)len);
+        _exit(wr == len ? 0 : 1);
+    }
+    close(fd[1]);
+    char buf[600] = {0};
+    ssize_t got = read(fd[0], buf, sizeof buf - 1);
+    close(fd[0]);
+    waitpid(pid, NULL, 0);
+    if (got <= 0) {
+        snprintf(why, n, "GPU probe process failed");
+        return -1;
+    }
+    char *bar = strchr(buf, '|');
+    snprintf(why, n, "%s", bar ? bar + 1 : buf);
+    return atoi(buf);
+}
+
+int main(void) {
+    char why[600];
+    g_ngpu = probe(why, sizeof why);
+    if (g_ngpu < 1) {
+        printf("SKIP: %s\n", why);
+        return 77;
+    }
+    printf("GPU: %s\n", why);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_gpu_engines, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
