@@ -162,21 +162,24 @@ enum {
     AL_NORM,
     AL_LRPOW,
     AL_FLOOR,
-    AL_CAP
+    AL_CAP,
+    AL_CLOW
 };
 enum { AL_S_HC = S_OWN, AL_S_EMA, AL_S_PREV, AL_S_SIGNAL, AL_S_FACTOR, AL_S_LRMAX };
 static const al_pparam auto_params[] = {
-    {"grow", AL_P_REAL, 1.5, 1, 10, "factor on H when the sites move coherently"},
-    {"shrink", AL_P_REAL, 0.7, 0.01, 1, "factor on H on a loss spike or falling coherence"},
+    {"grow", AL_P_REAL, 2, 1, 10, "factor on H when the sites move coherently"},
+    {"shrink", AL_P_REAL, 0.7, 0.01, 1, "factor on H on a loss spike or collapsed coherence"},
     {"ema", AL_P_REAL, 0.7, 0, 0.999, "weight of the old value in the coherence EMA"},
-    {"warmup", AL_P_INT, 2, 0, 1e6, "rounds at h_base before H moves"},
+    {"warmup", AL_P_INT, 0, 0, 1e6, "rounds at h_base before H moves (after round 0: 0)"},
     {"c_min", AL_P_REAL, 0.75, 0, 1, "coherence needed to grow"},
-    {"drop", AL_P_REAL, 0.2, 0, 1, "relative fall of coherence below its EMA that shrinks H"},
+    {"drop", AL_P_REAL, 1, 0, 1,
+     "relative fall of coherence below its EMA that shrinks H (1: off)"},
     {"spike", AL_P_REAL, 0.02, 0, 10, "relative rise of the loss that counts as a spike"},
     {"normalize", AL_P_BOOL, 1, 0, 1, "refer coherence to an h_base interval"},
     {"lr_power", AL_P_REAL, 0, 0, 4, "H = hc*(eta_max/eta_r)^lr_power (0: off; 2: like qsr)"},
     {"floor", AL_P_REAL, 1, 0, 1, "smallest H as a fraction of h_base (0: h_min only)"},
-    {"cap", AL_P_REAL, 0, 0, 1e6, "largest H as a multiple of h_base (0: h_max only)"},
+    {"cap", AL_P_REAL, 2, 0, 1e6, "largest H as a multiple of h_base (0: h_max only)"},
+    {"c_low", AL_P_REAL, 0.5, 0, 1, "smoothed coherence (EMA) below which H shrinks"},
 };
 _Static_assert(P_OWN + AL_ARRAY_LEN(auto_params) <= AL_POLICY_MAXP, "too many settings");
 static const char *const auto_state[] = {"hc", "ema", "prev_loss", "signal", "factor", "lr_max"};
@@ -216,6 +219,8 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
         c = fmin(1.0, fmax(0.0, c));
         sig = a[AL_NORM] != 0 ? coherence_ref(c, s, p->h_base) : c;
     }
+    /* the EMA including this round: the smoothed signal the collapse test reads */
+    double ema_new = sig < 0 ? ema : ema < 0 ? sig : fma(a[AL_EMA], ema, (1 - a[AL_EMA]) * sig);
     bool spiked = st[S_ROUNDS] >= 1 && s->loss > st[AL_S_PREV] * (1 + a[AL_SPIKE]);
     double f = 1;
     if (spiked)
@@ -228,9 +233,11 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
         f = 1; /* no movement at all: nothing to judge */
     else if (ema >= 0 && sig < ema * (1 - a[AL_DROP]))
         f = a[AL_SHRINK];
+    else if (ema_new < a[AL_CLOW])
+        f = a[AL_SHRINK]; /* smoothed: one round's c is noisy (±0.1 in the sweep) */
     else if (sig >= a[AL_CMIN])
         f = a[AL_GROW];
-    if (sig >= 0) st[AL_S_EMA] = ema < 0 ? sig : fma(a[AL_EMA], ema, (1 - a[AL_EMA]) * sig);
+    st[AL_S_EMA] = ema_new;
     /* never below floor·h_base: syncing more often than DiLoCo did not pay in the
      * sweep (small H overshoots with outer momentum 0.9; docs/outer.md) */
     double lo = fmax(p->h_min, a[AL_FLOOR] * p->h_base);
