@@ -134,22 +134,28 @@ const al_policy_ops al_policy_qsr = {.name = "qsr",
  *   noise as Σ η_t², so the signal-to-noise ratio snr = c/(1 − c) grows with
  *   H_eff = S_r²/Σ η_t²; snr_ref = snr·H_base/H_eff and
  *   c_ref = snr_ref/(1 + snr_ref) does not grow just because H did.
+ *   EMA' = ema·EMA + (1 − ema)·signal (the EMA including this round).
  *   Decision (the first that applies):
  *     loss spike (L_r > L_{r−1}·(1 + spike))         → H ×shrink
- *     the first `warmup` rounds                      → hold
+ *     the first `warmup` rounds (default 0)          → hold
  *     M = 1 (nothing to be coherent with)            → H ×grow
- *     signal < EMA·(1 − drop): coherence fell        → H ×shrink
+ *     signal < EMA·(1 − drop) (drop 1: off)          → H ×shrink
+ *     EMA' < c_low: coherence collapsed              → H ×shrink
  *     signal ≥ c_min                                 → H ×grow
  *     otherwise                                      → hold
- *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number hc (so
- *   gentle factors compound) clipped to [max(h_min, floor·h_base),
- *   min(h_max, cap·h_base)] (cap 0: h_max):
- *   the tuned rule grows while the sites share ≥ c_min of their progress (the
- *   early phase) and comes back towards h_base, never below it, as coherence
- *   falls (docs/outer.md has the sweep's evidence). Optionally (lr_power
- *   p > 0) the interval returned is hc·(η_max/η_r)^p, η_max the largest η_r
- *   seen: QSR's observation that a decayed lr tolerates longer intervals. The
- *   result is rounded half away from zero. */
+ *   then EMA ← EMA'. H is kept as a real number hc (so gentle factors
+ *   compound) clipped to [max(h_min, floor·h_base), min(h_max, cap·h_base)]
+ *   (cap 0: h_max). The defaults grow to 2·h_base in one step once the first
+ *   round shows coherent sites, and come back towards h_base, never below it,
+ *   only when the smoothed signal says the sites' independent noise outweighs
+ *   what they share over an h_base interval (c_low 0.5: snr_ref < 1). Why the
+ *   bound and why not a relative fall (docs/outer.md): the normalised signal
+ *   tracks the gradient SNR, which declines through training by itself, and
+ *   coherence cannot see the cost of intervals beyond ~2·h_base, which comes
+ *   from the outer step (the corrected Nesterov lookahead shrinks as μ^s).
+ *   Optionally (lr_power p > 0) the interval returned is hc·(η_max/η_r)^p,
+ *   η_max the largest η_r seen: QSR's observation that a decayed lr tolerates
+ *   longer intervals. The result is rounded half away from zero. */
 
 enum {
     AL_GROW = P_OWN,
