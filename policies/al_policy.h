@@ -5,7 +5,11 @@
  *   fixed     H = h (DiLoCo)
  *   adacomm   H = ⌈sqrt(L_r/L_0 · η_0/η_r) · H_base⌉      (Wang & Joshi 2018)
  *   qsr       H = max(H_base, ⌊(a/η_r)²⌋)                  (Gu et al. 2023)
- *   autoloco  H moved by the coherence of the sites' progress (docs/outer.md)
+ *   autoloco  H moved by the coherence of the sites' progress (docs/outer.md):
+ *             grows ×grow (2) to cap·H_base (2) while the normalised coherence
+ *             is ≥ c_min (0.75), shrinks ×shrink (0.7), never below H_base, on
+ *             a loss spike or when its EMA falls below c_low (0.5: the sites'
+ *             independent noise outweighs what they share)
  *
  * A policy is a pure, deterministic state machine: the same settings, state
  * and statistics give the same H on every site and every machine (every

@@ -134,22 +134,28 @@ const al_policy_ops al_policy_qsr = {.name = "qsr",
  *   noise as Σ η_t², so the signal-to-noise ratio snr = c/(1 − c) grows with
  *   H_eff = S_r²/Σ η_t²; snr_ref = snr·H_base/H_eff and
  *   c_ref = snr_ref/(1 + snr_ref) does not grow just because H did.
+ *   EMA' = ema·EMA + (1 − ema)·signal (the EMA including this round).
  *   Decision (the first that applies):
  *     loss spike (L_r > L_{r−1}·(1 + spike))         → H ×shrink
- *     the first `warmup` rounds                      → hold
+ *     the first `warmup` rounds (default 0)          → hold
  *     M = 1 (nothing to be coherent with)            → H ×grow
- *     signal < EMA·(1 − drop): coherence fell        → H ×shrink
+ *     signal < EMA·(1 − drop) (drop 1: off)          → H ×shrink
+ *     EMA' < c_low: coherence collapsed              → H ×shrink
  *     signal ≥ c_min                                 → H ×grow
  *     otherwise                                      → hold
- *   then EMA ← ema·EMA + (1 − ema)·signal. H is kept as a real number hc (so
- *   gentle factors compound) clipped to [max(h_min, floor·h_base),
- *   min(h_max, cap·h_base)] (cap 0: h_max):
- *   the tuned rule grows while the sites share ≥ c_min of their progress (the
- *   early phase) and comes back towards h_base, never below it, as coherence
- *   falls (docs/outer.md has the sweep's evidence). Optionally (lr_power
- *   p > 0) the interval returned is hc·(η_max/η_r)^p, η_max the largest η_r
- *   seen: QSR's observation that a decayed lr tolerates longer intervals. The
- *   result is rounded half away from zero. */
+ *   then EMA ← EMA'. H is kept as a real number hc (so gentle factors
+ *   compound) clipped to [max(h_min, floor·h_base), min(h_max, cap·h_base)]
+ *   (cap 0: h_max). The defaults grow to 2·h_base in one step once the first
+ *   round shows coherent sites, and come back towards h_base, never below it,
+ *   only when the smoothed signal says the sites' independent noise outweighs
+ *   what they share over an h_base interval (c_low 0.5: snr_ref < 1). Why the
+ *   bound and why not a relative fall (docs/outer.md): the normalised signal
+ *   tracks the gradient SNR, which declines through training by itself, and
+ *   coherence cannot see the cost of intervals beyond ~2·h_base, which comes
+ *   from the outer step (the corrected Nesterov lookahead shrinks as μ^s).
+ *   Optionally (lr_power p > 0) the interval returned is hc·(η_max/η_r)^p,
+ *   η_max the largest η_r seen: QSR's observation that a decayed lr tolerates
+ *   longer intervals. The result is rounded half away from zero. */
 
 enum {
     AL_GROW = P_OWN,
@@ -162,21 +168,24 @@ enum {
     AL_NORM,
     AL_LRPOW,
     AL_FLOOR,
-    AL_CAP
+    AL_CAP,
+    AL_CLOW
 };
 enum { AL_S_HC = S_OWN, AL_S_EMA, AL_S_PREV, AL_S_SIGNAL, AL_S_FACTOR, AL_S_LRMAX };
 static const al_pparam auto_params[] = {
-    {"grow", AL_P_REAL, 1.5, 1, 10, "factor on H when the sites move coherently"},
-    {"shrink", AL_P_REAL, 0.7, 0.01, 1, "factor on H on a loss spike or falling coherence"},
+    {"grow", AL_P_REAL, 2, 1, 10, "factor on H when the sites move coherently"},
+    {"shrink", AL_P_REAL, 0.7, 0.01, 1, "factor on H on a loss spike or collapsed coherence"},
     {"ema", AL_P_REAL, 0.7, 0, 0.999, "weight of the old value in the coherence EMA"},
-    {"warmup", AL_P_INT, 2, 0, 1e6, "rounds at h_base before H moves"},
+    {"warmup", AL_P_INT, 0, 0, 1e6, "rounds at h_base before H moves (after round 0: 0)"},
     {"c_min", AL_P_REAL, 0.75, 0, 1, "coherence needed to grow"},
-    {"drop", AL_P_REAL, 0.2, 0, 1, "relative fall of coherence below its EMA that shrinks H"},
+    {"drop", AL_P_REAL, 1, 0, 1,
+     "relative fall of coherence below its EMA that shrinks H (1: off)"},
     {"spike", AL_P_REAL, 0.02, 0, 10, "relative rise of the loss that counts as a spike"},
     {"normalize", AL_P_BOOL, 1, 0, 1, "refer coherence to an h_base interval"},
     {"lr_power", AL_P_REAL, 0, 0, 4, "H = hc*(eta_max/eta_r)^lr_power (0: off; 2: like qsr)"},
     {"floor", AL_P_REAL, 1, 0, 1, "smallest H as a fraction of h_base (0: h_min only)"},
-    {"cap", AL_P_REAL, 0, 0, 1e6, "largest H as a multiple of h_base (0: h_max only)"},
+    {"cap", AL_P_REAL, 2, 0, 1e6, "largest H as a multiple of h_base (0: h_max only)"},
+    {"c_low", AL_P_REAL, 0.5, 0, 1, "smoothed coherence (EMA) below which H shrinks"},
 };
 _Static_assert(P_OWN + AL_ARRAY_LEN(auto_params) <= AL_POLICY_MAXP, "too many settings");
 static const char *const auto_state[] = {"hc", "ema", "prev_loss", "signal", "factor", "lr_max"};
@@ -216,6 +225,8 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
         c = fmin(1.0, fmax(0.0, c));
         sig = a[AL_NORM] != 0 ? coherence_ref(c, s, p->h_base) : c;
     }
+    /* the EMA including this round: the smoothed signal the collapse test reads */
+    double ema_new = sig < 0 ? ema : ema < 0 ? sig : fma(a[AL_EMA], ema, (1 - a[AL_EMA]) * sig);
     bool spiked = st[S_ROUNDS] >= 1 && s->loss > st[AL_S_PREV] * (1 + a[AL_SPIKE]);
     double f = 1;
     if (spiked)
@@ -228,9 +239,11 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
         f = 1; /* no movement at all: nothing to judge */
     else if (ema >= 0 && sig < ema * (1 - a[AL_DROP]))
         f = a[AL_SHRINK];
+    else if (ema_new < a[AL_CLOW])
+        f = a[AL_SHRINK]; /* smoothed: one round's c is noisy (±0.1 in the sweep) */
     else if (sig >= a[AL_CMIN])
         f = a[AL_GROW];
-    if (sig >= 0) st[AL_S_EMA] = ema < 0 ? sig : fma(a[AL_EMA], ema, (1 - a[AL_EMA]) * sig);
+    st[AL_S_EMA] = ema_new;
     /* never below floor·h_base: syncing more often than DiLoCo did not pay in the
      * sweep (small H overshoots with outer momentum 0.9; docs/outer.md) */
     double lo = fmax(p->h_min, a[AL_FLOOR] * p->h_base);

@@ -144,12 +144,10 @@ static void test_qsr(void **state) {
 
 /* autoloco with exact settings: h_base 40 (h_min 10, h_max 320), grow 1.25,
  * shrink 0.75, ema 0.5, warmup 1, c_min 0.25, drop 0.25, spike 0.125, no
- * normalisation. M = 4, c = (4ρ − 1)/3: ρ 0.625 → c 0.5; ρ 0.4375 → 0.25;
- * ρ 1 → 1; ρ 0.25 → 0.
- *  r  loss c     rule                                    hc            H   EMA after
- *  0  3.0  0.5   warmup: hold                            40            40  0.5
- *  1  2.9  0.5   0.5 ≥ 0.5·0.75, ≥ c_min: grow           50            50  0.5
- *  2  2.8  0.5   grow                                    62.5          63  0.5
+ * normalisation, c_low 0 (no collapse test; test_autoloco_defaults has it). M = 4, c = (4ρ − 1)/3:
+ * ρ 0.625 → c 0.5; ρ 0.4375 → 0.25; ρ 1 → 1; ρ 0.25 → 0. r  loss c     rule hc            H   EMA
+ * after 0  3.0  0.5   warmup: hold                            40            40  0.5 1  2.9  0.5 0.5
+ * ≥ 0.5·0.75, ≥ c_min: grow           50            50  0.5 2  2.8  0.5 grow 62.5          63  0.5
  *  3  2.7  0.25  0.25 < 0.375: shrink                    46.875        47  0.375
  *  4  2.6  0.25  0.25 < 0.28125: shrink                  35.15625      35  0.3125
  *  5  2.6  0.25  0.25 ≥ 0.234375, ≥ c_min: grow          43.9453125    44  0.28125
@@ -161,10 +159,10 @@ static void test_qsr(void **state) {
  * 11  2.5  0     shrink, clipped to h_min                10            10  0.02001953125
  * 12  2.4  1     grow                                    12.5          13  0.510009765625
  * 13  2.3  M = 1: grow                                   15.625        16  (unchanged) */
-static const char *const exact_auto[] = {"h_base", "40",   "grow",   "1.25",  "shrink",    "0.75",
-                                         "ema",    "0.5",  "warmup", "1",     "c_min",     "0.25",
-                                         "drop",   "0.25", "spike",  "0.125", "normalize", "false",
-                                         "floor",  "0",    "cap",    "0",     NULL};
+static const char *const exact_auto[] = {
+    "h_base", "40",    "grow", "1.25", "shrink", "0.75",  "ema",   "0.5",       "warmup",
+    "1",      "c_min", "0.25", "drop", "0.25",   "spike", "0.125", "normalize", "false",
+    "floor",  "0",     "cap",  "0",    "c_low",  "0",     NULL};
 static const double a_loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.6, 3.0,
                                 2.9, 2.8, 2.7, 2.6, 2.5, 2.4, 2.3};
 static const double a_rho[] = {0.625, 0.625, 0.625, 0.4375, 0.4375, 0.4375, 1,
@@ -217,6 +215,44 @@ static void test_autoloco_cap(void **state) {
     assert_int_equal(start(p), 40);
     const int64_t want[] = {40, 50, 60, 45, 34};
     for (int r = 0; r < 5; r++) assert_int_equal(next(p, a_stats(r)), want[r]);
+    al_policy_free(p);
+}
+
+/* The defaults, h_base 40: grow 2, shrink 0.7, ema 0.7, warmup 0, c_min 0.75,
+ * c_low 0.5, drop off, spike 0.02, normalize, floor 1, cap 2 (so H in [40, 80]).
+ * Constant lr, so H_eff = H: ρ 0.625 (c 0.5, snr 1) over H = 80 is referred to
+ * 40 steps as snr 0.5, signal 1/3; ρ 1 → signal 1; ρ 0.25 → 0. Computed by an
+ * independent transcription of docs/outer.md's rule (EMA after the round):
+ *  r  M H  loss ρ      signal EMA       rule                       H
+ *  0  4 40 3.0  1      1      1         grow ×2, capped            80
+ *  1  4 80 2.9  0.625  1/3    0.8       one low round: hold        80
+ *  2  4 80 2.8  0.625  1/3    0.66      hold                       80
+ *  3  4 80 2.7  0.625  1/3    0.562     hold                       80
+ *  4  4 80 2.6  0.625  1/3    0.4934    EMA < c_low: shrink        56
+ *  5  4 56 2.5  1      1      0.64538   grow, capped               80
+ *  6  4 80 2.6  1      1      0.751766  spike (2.6 > 2.55): shrink 56
+ *  7  4 56 2.5  0.25   0      0.526236  hold                       56
+ *  8  4 56 2.4  0.25   0      0.368365  shrink 39.2 → floor        40
+ *  9  4 40 2.3  0.25   0      0.257856  shrink, floor              40
+ * 10  1 40 2.2  —      —      0.257856  M = 1: grow                80
+ * 11  4 80 2.1  1      1      0.480499  EMA still < c_low: shrink  56
+ * 12  4 56 2.0  1      1      0.636349  grow, capped               80 */
+static void test_autoloco_defaults(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", (const char *[]){"h_base", "40", NULL});
+    assert_int_equal(start(p), 40);
+    const int m[] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1, 4, 4};
+    const double loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.6, 2.5, 2.4, 2.3, 2.2, 2.1, 2.0};
+    const double rho[] = {1, 0.625, 0.625, 0.625, 0.625, 1, 1, 0.25, 0.25, 0.25, 1, 1, 1};
+    const int64_t want[] = {80, 80, 80, 80, 56, 80, 56, 56, 40, 40, 80, 56, 80};
+    const double ema[] = {1,        0.8,      0.66,     0.562,    0.4934,   0.64538, 0.751766,
+                          0.526236, 0.368365, 0.257856, 0.257856, 0.480499, 0.636349};
+    int64_t h = 40;
+    for (int r = 0; r < 13; r++) {
+        h = next(p, rs(r, m[r], loss[r], rho[r], 0.25, h));
+        assert_int_equal(h, want[r]);
+        assert_true(fabs(state_of(p, "ema") - ema[r]) < 1e-6);
+    }
     al_policy_free(p);
 }
 
@@ -403,12 +439,19 @@ static void test_settings(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_registry),          cmocka_unit_test(test_fixed),
-        cmocka_unit_test(test_adacomm),           cmocka_unit_test(test_qsr),
-        cmocka_unit_test(test_autoloco_hand),     cmocka_unit_test(test_autoloco_normalized),
-        cmocka_unit_test(test_autoloco_lr_power), cmocka_unit_test(test_autoloco_floor),
-        cmocka_unit_test(test_autoloco_cap),      cmocka_unit_test(test_deterministic_and_resume),
-        cmocka_unit_test(test_refuses_nonfinite), cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_registry),
+        cmocka_unit_test(test_fixed),
+        cmocka_unit_test(test_adacomm),
+        cmocka_unit_test(test_qsr),
+        cmocka_unit_test(test_autoloco_hand),
+        cmocka_unit_test(test_autoloco_defaults),
+        cmocka_unit_test(test_autoloco_normalized),
+        cmocka_unit_test(test_autoloco_lr_power),
+        cmocka_unit_test(test_autoloco_floor),
+        cmocka_unit_test(test_autoloco_cap),
+        cmocka_unit_test(test_deterministic_and_resume),
+        cmocka_unit_test(test_refuses_nonfinite),
+        cmocka_unit_test(test_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
