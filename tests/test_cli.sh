@@ -96,7 +96,10 @@ else
     expect 1 "$nogpu" -- train "${common[@]}" --device cuda --steps 1 --workers 2
     expect 1 "$nogpu" -- bench gpu --preset tiny --steps 1
     expect 1 "$nogpu" -- bench inner --device cuda --preset tiny --seq 8 --steps 1
+    expect 1 "$nogpu" -- bench odc --device cuda --preset tiny --steps 1 --rounds 1 \
+        --data "$tmp/data/train.bin"
 fi
+expect 1 "unknown device 'tpu'" -- bench odc --device tpu
 
 # a real short run, then resume from its checkpoint
 if out=$("$bin" train "${common[@]}" --steps 6 --set inner.log_every=3 2>&1) &&

@@ -34,124 +34,14 @@
 #define TOL_PARAM 5e-5 /* observed <= 4.2e-6 */
 #define TOL_LOSS  1e-6 /* observed <= 1.3e-8 */
 
-typedef struct fixture {
-    char tmp[256];
-    char site[64];
-    al_tokens data;
-} fixture;
+#include "odc_fixture.h"
 
 static int setup(void **state) {
-    fixture *f = calloc(1, sizeof *f);
-    snprintf(f->tmp, sizeof f->tmp, "/tmp/al-test-odc-%d", (int)getpid());
-    snprintf(f->site, sizeof f->site, "test-odc-%d", (int)getpid());
-    al_remove_tree(f->tmp, NULL);
-    mkdir(f->tmp, 0755);
-    char path[512], out[512];
-    snprintf(path, sizeof path, "%s/corpus.txt", f->tmp);
-    FILE *fp = fopen(path, "w");
-    al_rng r;
-    al_rng_seed(&r, 5);
-    for (int d = 0; d < 200; d++) { /* lengths 3..60: some longer than T = 32 */
-        int len = 3 + (int)al_rng_below(&r, 58);
-        for (int i = 0; i < len; i++) fputc("abcdefgh ijk\n"[al_rng_below(&r, 12)], fp);
-        fputs("\n\n", fp);
-    }
-    fclose(fp);
-    snprintf(out, sizeof out, "%s/data", f->tmp);
-    const char *in[] = {path};
-    al_prep_stats st;
-    al_err err = {0};
-    *state = f;
-    int rc = al_data_prep(in, 1, AL_FMT_TEXT, out, 0.1, 1, &st, &err);
-    snprintf(path, sizeof path, "%s/data/train.bin", f->tmp);
-    if (rc == 0) rc = al_tokens_load(&f->data, path, &err);
-    if (rc) {
-        fprintf(stderr, "setup: %s\n", err.msg);
-        return -1;
-    }
-    al_threads_set(1); /* no OpenMP pool in the parent before forking workers */
-    return 0;
+    return odc_fixture_setup(state, "test-odc");
 }
 
 static int teardown(void **state) {
-    fixture *f = *state;
-    al_tokens_free(&f->data);
-    al_remove_tree(f->tmp, NULL);
-    free(f);
-    return 0;
-}
-
-/* A source over a docs workload (each worker's copy advances identically). */
-typedef struct source {
-    al_workload wl;
-    al_piece pieces[PIECES];
-    long calls;
-} source;
-
-static int source_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err) {
-    (void)step;
-    (void)err;
-    source *s = ctx;
-    al_workload_next(&s->wl, s->pieces, PIECES);
-    s->calls++;
-    *pieces = s->pieces;
-    *n = PIECES;
-    return 0;
-}
-
-static void opts_for(al_train_opts *t) {
-    al_train_opts_default(t);
-    t->batch = 1;
-    t->seq = 32;
-    t->steps = 20;
-    t->warmup = 2;
-    t->lr = 1e-2;
-    t->grad_clip = 1.0;
-    t->seed = 7;
-}
-
-/* The single-worker reference: every microbatch of a W=1 plan per step. */
-static void reference(fixture *f, const al_model_config *mc, float *params, double *losses) {
-    al_train_opts t;
-    opts_for(&t);
-    al_trainer tr;
-    al_err err = {0};
-    assert_int_equal(al_trainer_init(&tr, mc, &t, NULL, NULL, &err), 0);
-    source src;
-    assert_int_equal(al_workload_init(&src.wl, AL_WL_DOCS, &f->data, 32, 11, 0, 0, &err), 0);
-    al_balance_opts bo = {AL_BAL_LPT, 32, 0.0};
-    for (int s = 0; s < STEPS; s++) {
-        const al_piece *pc;
-        int n;
-        source_next(&src, s, &pc, &n, &err);
-        al_plan p;
-        assert_int_equal(al_plan_build(&p, pc, n, 1, &bo, &err), 0);
-        al_batch *mbs = calloc((size_t)p.nmb, sizeof(al_batch));
-        for (int k = 0; k < p.nmb; k++) {
-            assert_int_equal(al_batch_init(&mbs[k], 1, 32, &err), 0);
-            al_plan_batch(&p, k, pc, &f->data, &mbs[k]);
-        }
-        al_step_stats st;
-        assert_int_equal(al_trainer_step_batches(&tr, mbs, p.nmb, &st, &err), 0);
-        losses[s] = st.loss;
-        for (int k = 0; k < p.nmb; k++) al_batch_free(&mbs[k]);
-        free(mbs);
-        al_plan_free(&p);
-    }
-    memcpy(params, tr.model.params, tr.model.lay.nparams * sizeof(float));
-    al_workload_free(&src.wl);
-    al_trainer_free(&tr);
-}
-
-static void engine_opts(const fixture *f, al_odc_opts *o, al_engine_mode mode, int W) {
-    memset(o, 0, sizeof *o);
-    o->mode = mode;
-    o->workers = W;
-    o->threads = 1;
-    o->bal = (al_balance_opts){mode == AL_MODE_FSDP ? AL_BAL_MICRO : AL_BAL_LPT, 32, 0.0};
-    opts_for(&o->train);
-    o->site = f->site;
-    o->barrier_timeout_s = 20;
+    return odc_fixture_teardown(state);
 }
 
 /* Entries of /dev/shm for this test's site. */

@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 typedef struct bench {
-    const char *preset, *data_path;
+    const char *preset, *data_path, *device;
     long workers, threads, docs, steps, warmup, rounds;
     double sigma, median_frac, quad_c;
     int json, simulate;
@@ -105,6 +105,7 @@ static int measure(const bench *b, al_workload_kind k, int c, result *res, al_er
     al_train_opts_default(&o.train);
     o.train.warmup = 0;
     o.site = "bench";
+    o.device = b->device; /* "cpu" or "cuda": GPU workers, odc over CUDA IPC, fsdp over NCCL */
     o.barrier_timeout_s = 120;
     o.record_steps = (int)(b->steps + b->warmup);
     al_odc e;
@@ -335,30 +336,41 @@ static int simulate(const bench *b, al_err *err) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: autoloco bench odc [--preset P] [--workers W] [--threads N] [--docs D]\n"
-               "                          [--steps N] [--warmup N] [--data FILE] [--sigma S]\n"
-               "                          [--quad-c C] [--rounds R] [--simulate] [--json]\n\n"
-               "ODC against the FSDP-style baseline: real steps in W worker processes for\n"
-               "fsdp-naive, fsdp-micro and odc-lpt on fixed rows, fortunes documents and\n"
-               "lognormal lengths (minibatch = W*D pieces of <= T tokens; microbatch = one row\n"
-               "of <= T tokens). --simulate instead fits this machine's cost per row and\n"
-               "barrier latency and projects W = 8..64 with an event simulation.\n"
-               "Defaults: --preset small --workers 2 --threads 1 --docs 16 --steps 3 --warmup 1\n"
-               "--rounds 3 (configurations interleaved per round; medians reported)\n"
-               "--data data/fortunes/train.bin --sigma 1.0 (lognormal median T/8) --quad-c 0.\n"
-               "--json prints one JSON object as the last line.\n");
+    fprintf(f,
+            "usage: autoloco bench odc [--preset P] [--workers W] [--threads N] [--docs D]\n"
+            "                          [--steps N] [--warmup N] [--data FILE] [--sigma S]\n"
+            "                          [--quad-c C] [--rounds R] [--simulate] [--device cpu|cuda]\n"
+            "                          [--json]\n\n"
+            "ODC against the FSDP-style baseline: real steps in W worker processes for\n"
+            "fsdp-naive, fsdp-micro and odc-lpt on fixed rows, fortunes documents and\n"
+            "lognormal lengths (minibatch = W*D pieces of <= T tokens; microbatch = one row\n"
+            "of <= T tokens). --simulate instead fits this machine's cost per row and\n"
+            "barrier latency and projects W = 8..64 with an event simulation.\n"
+            "Defaults: --preset small --workers 2 --threads 1 --docs 16 --steps 3 --warmup 1\n"
+            "--rounds 3 (configurations interleaved per round; medians reported)\n"
+            "--data data/fortunes/train.bin --sigma 1.0 (lognormal median T/8) --quad-c 0.\n"
+            "--device cuda: GPU workers (worker w on GPU w mod count; fsdp over NCCL needs\n"
+            "one GPU per worker). --json prints one JSON object as the last line.\n");
 }
 
 int al_bench_odc(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {
-        {"preset", required_argument, 0, 'p'},  {"workers", required_argument, 0, 'w'},
-        {"threads", required_argument, 0, 't'}, {"docs", required_argument, 0, 'd'},
-        {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'u'},
-        {"data", required_argument, 0, 'D'},    {"sigma", required_argument, 0, 's'},
-        {"quad-c", required_argument, 0, 'q'},  {"simulate", no_argument, 0, 'S'},
-        {"rounds", required_argument, 0, 'R'},  {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    static const struct option opts[] = {{"preset", required_argument, 0, 'p'},
+                                         {"workers", required_argument, 0, 'w'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"docs", required_argument, 0, 'd'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"warmup", required_argument, 0, 'u'},
+                                         {"data", required_argument, 0, 'D'},
+                                         {"sigma", required_argument, 0, 's'},
+                                         {"quad-c", required_argument, 0, 'q'},
+                                         {"simulate", no_argument, 0, 'S'},
+                                         {"rounds", required_argument, 0, 'R'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"device", required_argument, 0, 'G'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     bench b = {.preset = "small",
+               .device = "cpu",
                .data_path = "data/fortunes/train.bin",
                .workers = 2,
                .threads = 1,
@@ -405,6 +417,9 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
         case 'S':
             b.simulate = 1;
             break;
+        case 'G':
+            b.device = optarg;
+            break;
         case 'j':
             b.json = 1;
             break;
@@ -418,6 +433,11 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
         if (rc) return rc;
     }
     if ((rc = al_model_preset(&b.mc, b.preset, err))) return rc;
+    if (strcmp(b.device, "cpu") && strcmp(b.device, "cuda"))
+        return al_errf(err, AL_EINVAL, "--device: unknown device '%s' (cpu, cuda)", b.device);
+    if (!strcmp(b.device, "cuda") && !al_backend_has_cuda())
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "this build has no CUDA backend (configure with -Dcuda=enabled)");
     if ((rc = al_tokens_load(&b.data, b.data_path, err))) {
         al_err_prefix(err, "bench odc (prepare it with 'autoloco data prep --format fortune -o "
                            "data/fortunes /usr/share/games/fortunes')");
