@@ -137,7 +137,9 @@ int wire_unpack_chunk(const uint8_t *data, size_t len, Autoloco__V1__ShardChunk 
     }
     /* the rest, without the payload fields, through protobuf-c */
     size_t rest_len = len - cut_total;
-    uint8_t small[512], *rest = rest_len <= sizeof small ? small : malloc(rest_len);
+    /* zeroed: gcc with -fsanitize cannot see that all rest_len bytes are written */
+    uint8_t small[512] = {0};
+    uint8_t *rest = rest_len <= sizeof small ? small : malloc(rest_len);
     if (!rest) return bad(why, n, AL_ST_RESOURCE_EXHAUSTED, "ShardChunk: out of memory");
     size_t from = 0, w = 0;
     for (size_t i = 0; i < ncut; i++) {
