@@ -58,7 +58,10 @@ def points(drv, chart):
     v = drv.execute_script(f"return document.getElementById('{chart}').getAttribute('data-points')")
     return int(v or 0)
 
-demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "240",
+# the browser first: a cold Chromium can take longer to start than a short
+# demo takes to finish, and the dashboard lives only while its agent runs
+drv = browser()
+demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "400",
                          "--h-base", "16", "--dir", f"{tmp}/run", "--json"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 url = None
@@ -73,7 +76,6 @@ while time.time() < deadline and url is None:
     if m:
         url = m.group(1)
 check(url is not None, f"demo started, site a's dashboard at {url}")
-drv = browser()
 try:
     if url:
         # the agent may take a moment to listen: retry the first load
