@@ -430,6 +430,10 @@ static int round_once(agent *a, double *eval, al_err *err) {
     a->round++;
     memset(&a->iv, 0, sizeof a->iv);
     ag_set_round(a, a->round);
+    if (a->fault_publish_ms > 0) { /* test hook, see agent_impl.h */
+        struct timespec ts = {a->fault_publish_ms / 1000, (a->fault_publish_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
     return ag_publish_state(a, err);
 }
 
@@ -444,6 +448,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     const char *fault = getenv("AL_FAULT");
     if (fault && !strncmp(fault, "interval:", 9)) a->fault_interval = atol(fault + 9);
     if (fault && !strncmp(fault, "stats:", 6)) a->fault_stats = atol(fault + 6);
+    if (fault && !strncmp(fault, "publish:", 8)) a->fault_publish_ms = atol(fault + 8);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);

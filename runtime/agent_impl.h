@@ -53,6 +53,7 @@ typedef struct ag_snapshot {
     uint64_t outer_len;
     char *meta; /* JSON: round, step, h, policy state */
     uint64_t meta_len;
+    long round; /* the round in meta: the next one this site trains */
 } ag_snapshot;
 
 typedef struct agent {
@@ -115,6 +116,8 @@ typedef struct agent {
      * SIGKILL halfway through round R's interval, or right after sending
      * round R's statistics (in the middle of the sync) */
     long fault_interval, fault_stats;
+    long fault_publish_ms;       /* AL_FAULT=publish:MS: sleep between a commit and its
+                                  * snapshot's publication (widens that window for tests) */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
 } agent;
 

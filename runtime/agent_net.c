@@ -145,8 +145,13 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
         *data = sn->outer;
         *len = sn->outer_len;
     } else if (part == AL_STATE_META || part == AL_STATE_MOMENTUM) {
-        if (part == AL_STATE_MOMENTUM && id >= 0) { /* registration for the next round */
-            a->joining[id] = a->round + 1;
+        if (part == AL_STATE_MOMENTUM && id >= 0) {
+            /* registration for the round after the one this reply names: the
+             * joiner counts from the snapshot it gets back, so we must too.
+             * (a->round runs ahead of the snapshot between a commit and its
+             * publication: registering from it put the joiner one round later
+             * here than at the other peers, and the sites' states parted.) */
+            a->joining[id] = sn->round + 1;
             a->reconnect[id] = 1; /* it was gone: a fresh channel, no backoff */
             pthread_cond_broadcast(&a->cv);
         }
@@ -289,6 +294,7 @@ int ag_publish_state(agent *a, al_err *err) {
     s->outer_len = ol;
     s->meta = js;
     s->meta_len = strlen(js);
+    s->round = a->round;
     a->snap_next = (a->snap_next + 1) % AG_SNAPSHOTS;
     pthread_mutex_unlock(&a->mu);
     return 0;

@@ -151,8 +151,13 @@ for fault in interval stats; do
     dir=r2-$fault
     PORTS=($(port) $(port) $(port))
     for s in a b c; do PRESET=demo STEPS=200 EVERY=1 conf $dir $s "a b c"; done
-    start $dir a
-    start $dir b
+    # mid-stats: a and b also pause 0.7 s between committing a round and
+    # publishing its snapshot, so that c's registration lands in that window
+    # (it once registered c a round later at one peer than at the other)
+    pub=0
+    [[ $fault == stats ]] && pub=700
+    AL_FAULT=publish:$pub start $dir a
+    AL_FAULT=publish:$pub start $dir b
     AL_FAULT=$fault:3 start $dir c
     await "$PID_c" 60
     rc=$?
