@@ -122,6 +122,12 @@ typedef struct al_backend {
  * Stateless; never closed. */
 const al_backend *al_backend_cpu(void);
 
+/* The CPU kernels behind on_host = 0 ("staged"): every device code path
+ * (the model's own copy of the batch, uploads, downloads, the sharded GPU
+ * engine in host mode) on host memory, so the tests check it without a GPU.
+ * Stateless; never closed. */
+const al_backend *al_backend_staged(void);
+
 /* Open a backend by name: "cpu" (the shared CPU backend) or "cuda" (CUDA
  * device `device`). AL_EUNSUPPORTED with the reason when this build has no
  * CUDA backend or no device is usable. Close with al_backend_close. */

@@ -133,5 +133,9 @@ int al_odc_run(al_odc *e, long steps, al_err *err);
 const al_odc_step_stats *al_odc_stats(const al_odc *e, long step);
 /* Whether this build can run the engine on GPUs (CUDA backend and NCCL). */
 int al_odc_gpu_available(void);
+/* Whether opts.device (NULL, "cpu", "cuda", the tests' "staged") can run
+ * `mode` in this build: AL_EINVAL / AL_EUNSUPPORTED saying why. al_odc_init
+ * checks it; callers may check it before they do anything else. */
+int al_odc_check_device(const char *device, al_engine_mode mode, al_err *err);
 
 #endif

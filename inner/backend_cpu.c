@@ -52,12 +52,20 @@ static int cpu_sync(void *ctx, al_err *err) {
 AL_BACKEND_OPS(AL_CPU_WRAP)
 #undef AL_CPU_WRAP
 
-const al_backend *al_backend_cpu(void) {
+/* the two host backends: the same functions, told apart by on_host */
 #define AL_CPU_FIELD(kind, ret, name, params, args) .name = cpu_##name,
-    static const al_backend cpu = {
-        .name = "cpu", .device = "CPU", .on_host = 1, AL_BACKEND_OPS(AL_CPU_FIELD)};
+static const al_backend cpu_backend = {
+    .name = "cpu", .device = "CPU", .on_host = 1, AL_BACKEND_OPS(AL_CPU_FIELD)};
+static const al_backend staged_backend = {
+    .name = "staged", .device = "CPU", .on_host = 0, AL_BACKEND_OPS(AL_CPU_FIELD)};
 #undef AL_CPU_FIELD
-    return &cpu;
+
+const al_backend *al_backend_cpu(void) {
+    return &cpu_backend;
+}
+
+const al_backend *al_backend_staged(void) {
+    return &staged_backend;
 }
 
 int al_backend_has_cuda(void) {

@@ -54,23 +54,13 @@ int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, con
     if (e->o.record_steps <= 0) e->o.record_steps = 64;
     if (e->o.threads < 1) e->o.threads = 1;
     int staged = o->device && !strcmp(o->device, "staged");
-    if (o->device && strcmp(o->device, "cpu") && strcmp(o->device, "cuda") && !staged)
-        return al_errf(err, AL_EINVAL, "unknown device '%s' (cpu, cuda)", o->device);
-    if (staged && o->mode != AL_MODE_ODC)
-        return al_errf(err, AL_EINVAL, "device 'staged' (host-mode GPU transport): odc only");
-    if (o->device && !strcmp(o->device, "cuda") && !al_backend_has_cuda())
-        return al_errf(err, AL_EUNSUPPORTED,
-                       "this build has no CUDA backend (configure with -Dcuda=enabled)");
-    if (o->device && !strcmp(o->device, "cuda") && !al_odc_gpu_available())
-        return al_errf(err, AL_EUNSUPPORTED,
-                       "this build has no NCCL, which GPU workers need (NCCL was not found when "
-                       "it was configured)");
+    int rc = al_odc_check_device(o->device, o->mode, err);
+    if (rc) return rc;
     if (o->bal.budget < 1 || o->bal.budget > cfg->T)
         return al_errf(err, AL_EINVAL,
                        "token budget %d per microbatch: must be 1..%d (the context)", o->bal.budget,
                        cfg->T);
-    int rc = al_layout_init(&e->lay, cfg, err);
-    if (rc) return rc;
+    if ((rc = al_layout_init(&e->lay, cfg, err))) return rc;
     size_t P = align16(e->lay.nparams), W = (size_t)o->workers;
     size_t floats = (4 + W) * P;
     size_t bytes = floats * sizeof(float) + (size_t)e->o.record_steps * sizeof(al_odc_step_stats) +
@@ -134,6 +124,24 @@ int al_odc_gpu_available(void) {
     return al_backend_has_cuda() && al_nccl_available();
 }
 
+int al_odc_check_device(const char *device, al_engine_mode mode, al_err *err) {
+    if (!device || !strcmp(device, "cpu")) return 0;
+    if (!strcmp(device, "staged"))
+        return mode == AL_MODE_ODC
+                   ? 0
+                   : al_errf(err, AL_EINVAL, "device 'staged' (host-mode GPU transport): odc only");
+    if (strcmp(device, "cuda"))
+        return al_errf(err, AL_EINVAL, "unknown device '%s' (cpu, cuda)", device);
+    if (!al_backend_has_cuda())
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "this build has no CUDA backend (configure with -Dcuda=enabled)");
+    if (!al_nccl_available())
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "this build has no NCCL, which GPU workers need (NCCL was not found when "
+                       "it was configured)");
+    return 0;
+}
+
 /* ---- one worker -------------------------------------------------------------------- */
 
 /* A worker's private state: its backend, activations for one microbatch row,
@@ -146,7 +154,6 @@ typedef struct worker {
     int w, W, L;
     size_t P;
     const al_backend *be;
-    al_backend staged; /* device "staged": the CPU kernels behind on_host = 0 */
     al_nccl gpu;
     int sharded; /* state in this worker's device shards, units over transport/nccl */
     al_model acts;
@@ -418,10 +425,7 @@ static int worker_open(worker *k) {
     int rc;
     float *region = NULL;
     if (!strcmp(e->o.device, "staged")) {
-        k->staged = *al_backend_cpu();
-        k->staged.name = "staged";
-        k->staged.on_host = 0;
-        k->be = &k->staged;
+        k->be = al_backend_staged();
         region = e->staged_region;
     } else {
         int ndev = al_backend_device_count("cuda");
@@ -448,7 +452,7 @@ static int worker_open(worker *k) {
 
 static void worker_close(worker *k) {
     if (k->sharded) al_nccl_close(&k->gpu);
-    if (k->be && k->be != &k->staged) al_backend_close(k->be);
+    al_backend_close(k->be); /* (a no-op for the host backends) */
 }
 
 static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {

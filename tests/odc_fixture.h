@@ -10,6 +10,7 @@
 #ifndef ODC_FIXTURE_H
 #define ODC_FIXTURE_H
 
+#include <math.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -139,6 +140,42 @@ static void engine_opts(const fixture *f, al_odc_opts *o, al_engine_mode mode, i
     opts_for(&o->train);
     o->site = f->site;
     o->barrier_timeout_s = 20;
+}
+
+/* Run the engine for STEPS (3 + 2) on `device`; fills params and losses. */
+static int run_engine(fixture *f, const al_model_config *mc, al_engine_mode mode, int W,
+                      const char *device, float *params, double *losses, al_err *err) {
+    al_odc_opts o;
+    engine_opts(f, &o, mode, W);
+    o.barrier_timeout_s = 60; /* a GPU worker's first CUDA call can take seconds */
+    o.device = device;
+    source src;
+    assert_int_equal(al_workload_init(&src.wl, AL_WL_DOCS, &f->data, 32, 11, 0, 0, err), 0);
+    al_odc e;
+    assert_int_equal(al_odc_init(&e, mc, &o, &f->data, source_next, &src, err), 0);
+    int rc = al_odc_run(&e, 3, err);
+    if (rc == 0) rc = al_odc_run(&e, STEPS - 3, err);
+    if (rc == 0) {
+        memcpy(params, e.params, e.lay.nparams * sizeof(float));
+        for (int s = 1; s <= STEPS; s++) losses[s - 1] = al_odc_stats(&e, s)->loss;
+    }
+    al_odc_free(&e);
+    al_workload_free(&src.wl);
+    return rc;
+}
+
+/* Parameters within TOL_PARAM (relative to the largest) and every step's loss
+ * within TOL_LOSS of the reference. */
+static void check(const char *what, const float *params, const double *losses, const double *refd,
+                  const double *ref_loss, size_t P) {
+    char label[128];
+    snprintf(label, sizeof label, "%s params", what);
+    assert_err_below(label, t_max_rel_err(params, refd, P), TOL_PARAM);
+    double lerr = 0;
+    for (int s = 0; s < STEPS; s++)
+        lerr = fmax(lerr, fabs(losses[s] - ref_loss[s]) / fabs(ref_loss[s]));
+    snprintf(label, sizeof label, "%s losses", what);
+    assert_err_below(label, lerr, TOL_LOSS);
 }
 
 #endif

@@ -49,40 +49,6 @@ static int teardown(void **state) {
     return odc_fixture_teardown(state);
 }
 
-/* Run the engine for STEPS (3 + 2) on `device`; fills params and losses. */
-static int run_engine(fixture *f, const al_model_config *mc, al_engine_mode mode, int W,
-                      const char *device, float *params, double *losses, al_err *err) {
-    al_odc_opts o;
-    engine_opts(f, &o, mode, W);
-    o.barrier_timeout_s = 60;
-    o.device = device;
-    source src;
-    assert_int_equal(al_workload_init(&src.wl, AL_WL_DOCS, &f->data, 32, 11, 0, 0, err), 0);
-    al_odc e;
-    assert_int_equal(al_odc_init(&e, mc, &o, &f->data, source_next, &src, err), 0);
-    int rc = al_odc_run(&e, 3, err);
-    if (rc == 0) rc = al_odc_run(&e, STEPS - 3, err);
-    if (rc == 0) {
-        memcpy(params, e.params, e.lay.nparams * sizeof(float));
-        for (int s = 1; s <= STEPS; s++) losses[s - 1] = al_odc_stats(&e, s)->loss;
-    }
-    al_odc_free(&e);
-    al_workload_free(&src.wl);
-    return rc;
-}
-
-static void check(const char *what, const float *params, const double *losses, const double *refd,
-                  const double *ref_loss, size_t P) {
-    char label[128];
-    snprintf(label, sizeof label, "%s params", what);
-    assert_err_below(label, t_max_rel_err(params, refd, P), TOL_PARAM);
-    double lerr = 0;
-    for (int s = 0; s < STEPS; s++)
-        lerr = fmax(lerr, fabs(losses[s] - ref_loss[s]) / fabs(ref_loss[s]));
-    snprintf(label, sizeof label, "%s losses", what);
-    assert_err_below(label, lerr, TOL_LOSS);
-}
-
 static void test_gpu_engines(void **state) {
     fixture *f = *state;
     al_model_config mc;

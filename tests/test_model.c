@@ -211,12 +211,9 @@ static void test_staged_backend(void **state) {
     al_err err = {0};
     al_model_config c;
     assert_int_equal(al_model_preset(&c, "tiny", &err), 0);
-    al_backend staged = *al_backend_cpu();
-    staged.name = "staged";
-    staged.on_host = 0;
     al_model cpu, dev;
     assert_int_equal(al_model_init(&cpu, &c, B, T, &err), 0);
-    assert_int_equal(al_model_init_on(&dev, &staged, &c, B, T, &err), 0);
+    assert_int_equal(al_model_init_on(&dev, al_backend_staged(), &c, B, T, &err), 0);
     assert_non_null(dev.dbatch);
     assert_null(cpu.dbatch);
     al_model_init_weights(&cpu, 3);

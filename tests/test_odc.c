@@ -122,51 +122,58 @@ static void test_staged_gpu_path(void **state) {
     al_layout lay;
     assert_int_equal(al_layout_init(&lay, &mc, &err), 0);
     size_t P = lay.nparams;
-    float *ref = malloc(P * sizeof(float));
-    double ref_loss[STEPS];
+    float *ref = malloc(P * sizeof(float)), *got = malloc(P * sizeof(float));
+    double ref_loss[STEPS], loss[STEPS];
     reference(f, &mc, ref, ref_loss);
     double *refd = t_to_d(ref, P);
+    char what[96];
     for (int W = 1; W <= 3; W++) {
-        float *cpu = NULL;
-        for (int staged = 0; staged < 2; staged++) {
-            al_odc_opts o;
-            engine_opts(f, &o, AL_MODE_ODC, W);
-            o.device = staged ? "staged" : "cpu";
-            source src;
-            assert_int_equal(al_workload_init(&src.wl, AL_WL_DOCS, &f->data, 32, 11, 0, 0, &err),
-                             0);
-            al_odc e;
-            assert_int_equal(al_odc_init(&e, &mc, &o, &f->data, source_next, &src, &err), 0);
-            int rc = al_odc_run(&e, 3, &err);
-            if (rc == 0) rc = al_odc_run(&e, STEPS - 3, &err);
-            if (rc) fail_msg("%s W=%d: %s", o.device, W, err.msg);
-            char what[96];
-            snprintf(what, sizeof what, "%s odc W=%d params vs trainer", o.device, W);
-            assert_err_below(what, t_max_rel_err(e.params, refd, P), TOL_PARAM);
-            double lerr = 0;
-            for (int s = 1; s <= STEPS; s++)
-                lerr = fmax(lerr, fabs(al_odc_stats(&e, s)->loss - ref_loss[s - 1]) /
-                                      fabs(ref_loss[s - 1]));
-            snprintf(what, sizeof what, "%s odc W=%d losses vs trainer", o.device, W);
-            assert_err_below(what, lerr, TOL_LOSS);
-            if (!staged) {
-                cpu = malloc(P * sizeof(float));
-                memcpy(cpu, e.params, P * sizeof(float));
-            } else {
-                double *cd = t_to_d(cpu, P);
-                snprintf(what, sizeof what, "staged odc W=%d params vs cpu odc", W);
-                assert_err_below(what, t_max_rel_err(e.params, cd, P), TOL_PARAM);
-                free(cd);
-            }
-            al_odc_free(&e);
-            al_workload_free(&src.wl);
-            assert_int_equal(shm_leftovers(f), 0);
-        }
-        free(cpu);
+        /* the CPU engine with the same W, then the GPU engine's path on the CPU */
+        if (run_engine(f, &mc, AL_MODE_ODC, W, "cpu", got, loss, &err))
+            fail_msg("cpu odc W=%d: %s", W, err.msg);
+        snprintf(what, sizeof what, "cpu odc W=%d vs trainer:", W);
+        check(what, got, loss, refd, ref_loss, P);
+        assert_int_equal(shm_leftovers(f), 0);
+        double *cpud = t_to_d(got, P);
+        if (run_engine(f, &mc, AL_MODE_ODC, W, "staged", got, loss, &err))
+            fail_msg("staged odc W=%d: %s", W, err.msg);
+        snprintf(what, sizeof what, "staged odc W=%d vs trainer:", W);
+        check(what, got, loss, refd, ref_loss, P);
+        snprintf(what, sizeof what, "staged odc W=%d params vs cpu odc", W);
+        assert_err_below(what, t_max_rel_err(got, cpud, P), TOL_PARAM);
+        assert_int_equal(shm_leftovers(f), 0);
+        free(cpud);
     }
-    free(refd);
-    free(ref);
+    free(refd), free(ref), free(got);
     al_layout_free(&lay);
+}
+
+/* Devices the engine cannot use are refused before anything is created. */
+static void test_bad_device(void **state) {
+    fixture *f = *state;
+    al_model_config mc;
+    al_err err = {0};
+    assert_int_equal(al_model_preset(&mc, "tiny", &err), 0);
+    al_odc_opts o;
+    engine_opts(f, &o, AL_MODE_ODC, 2);
+    al_odc e;
+    o.device = "tpu";
+    assert_int_equal(al_odc_init(&e, &mc, &o, &f->data, source_next, NULL, &err), AL_EINVAL);
+    assert_string_equal(err.msg, "unknown device 'tpu' (cpu, cuda)");
+    o.device = "staged";
+    o.mode = AL_MODE_FSDP;
+    assert_int_equal(al_odc_init(&e, &mc, &o, &f->data, source_next, NULL, &err), AL_EINVAL);
+    assert_non_null(strstr(err.msg, "odc only"));
+    o.device = "cuda";
+    if (!al_backend_has_cuda()) {
+        assert_int_equal(al_odc_init(&e, &mc, &o, &f->data, source_next, NULL, &err),
+                         AL_EUNSUPPORTED);
+        assert_non_null(strstr(err.msg, "no CUDA backend"));
+    }
+    assert_int_equal(al_odc_check_device("cpu", AL_MODE_FSDP, &err), 0);
+    assert_int_equal(al_odc_check_device(NULL, AL_MODE_FSDP, &err), 0);
+    assert_int_equal(al_odc_check_device("staged", AL_MODE_ODC, &err), 0);
+    assert_int_equal(shm_leftovers(f), 0);
 }
 
 static void test_worker_killed(void **state) {
@@ -272,6 +279,7 @@ int main(void) {
         cmocka_unit_test(test_equivalence),   cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_stale_segment), cmocka_unit_test(test_nonfinite),
         cmocka_unit_test(test_bad_budget),    cmocka_unit_test(test_staged_gpu_path),
+        cmocka_unit_test(test_bad_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

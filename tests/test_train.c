@@ -138,10 +138,7 @@ static void test_staged_trainer(void **state) {
     al_trainer a;
     assert_int_equal(al_trainer_init(&a, &c, &o, &tr_tok, &va_tok, &err), 0);
     for (int i = 0; i < 2 * N; i++) assert_int_equal(al_trainer_step(&a, &st, &err), 0);
-    al_backend staged = *al_backend_cpu();
-    staged.name = "staged";
-    staged.on_host = 0;
-    o.backend = &staged;
+    o.backend = al_backend_staged();
     char root[512], dir[4096];
     path_of(root, "ckpt-staged");
     al_trainer b;

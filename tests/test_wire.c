@@ -329,6 +329,12 @@ static void test_unpack_chunk(void **state) {
     uint8_t bad4[] = {0x02, 0x00};
     EXPECT(wire_unpack_chunk(bad4, sizeof bad4, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
            "malformed");
+    /* more payload fields than the decoder cuts out */
+    uint8_t many[9 * 3];
+    for (int i = 0; i < 9; i++) many[3 * i] = 0x62, many[3 * i + 1] = 1, many[3 * i + 2] = 'x';
+    EXPECT(wire_unpack_chunk(many, sizeof many, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,
+           "more than 8 payload fields");
+    assert_null(got);
     /* the payload field with the wrong wire type: protobuf-c refuses the rest */
     uint8_t bad5[] = {0x60, 0x05};
     EXPECT(wire_unpack_chunk(bad5, sizeof bad5, &got, why, sizeof why), AL_ST_INVALID_ARGUMENT,

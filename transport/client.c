@@ -320,7 +320,7 @@ static int shard_next(void *u, grpc_byte_buffer **bb) {
     const uint8_t *payload = x->data + x->off;
     ch.checksum = al_xxh64(payload, n, 0);
     ch.shard_checksum = x->m->shard_checksum;
-    *bb = tu_pack_with_payload(&ch.base, 12 /* ShardChunk.payload */, payload, n);
+    *bb = tu_pack_with_payload(&ch.base, WIRE_CHUNK_PAYLOAD_FIELD, payload, n);
     x->off += n;
     return 1;
 }

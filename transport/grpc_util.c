@@ -142,6 +142,14 @@ grpc_byte_buffer *tu_pack(const ProtobufCMessage *m, size_t *len) {
     return bb;
 }
 
+/* v as a protobuf varint at p (7 bits a byte, low first); returns its length */
+static size_t put_varint(uint8_t *p, uint64_t v) {
+    size_t w = 0;
+    for (; v >= 0x80; v >>= 7) p[w++] = (uint8_t)(v | 0x80);
+    p[w++] = (uint8_t)v;
+    return w;
+}
+
 grpc_byte_buffer *tu_pack_with_payload(const ProtobufCMessage *m, uint32_t field,
                                        const uint8_t *payload, size_t len) {
     /* fields may come in any order on the wire, so the bytes field can follow
@@ -150,15 +158,8 @@ grpc_byte_buffer *tu_pack_with_payload(const ProtobufCMessage *m, uint32_t field
     grpc_slice head = grpc_slice_malloc(n + 20);
     uint8_t *p = GRPC_SLICE_START_PTR(head);
     protobuf_c_message_pack(m, p);
-    size_t w = n;
-    for (uint64_t v = (uint64_t)field << 3 | 2;; v >>= 7) {
-        p[w++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
-        if (v < 0x80) break;
-    }
-    for (uint64_t v = len;; v >>= 7) {
-        p[w++] = (uint8_t)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
-        if (v < 0x80) break;
-    }
+    size_t w = n + put_varint(p + n, (uint64_t)field << 3 | 2);
+    w += put_varint(p + w, len);
     head = grpc_slice_sub_no_ref(head, 0, w);
     grpc_slice parts[2] = {head, grpc_slice_from_static_buffer(payload, len)};
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);

@@ -74,7 +74,6 @@ int wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, siz
  * the small rest, and the payload is pointed at in place. As in protobuf, the
  * last payload field wins. */
 
-#define CHUNK_PAYLOAD_FIELD 12 /* ShardChunk.payload in proto/autoloco.proto */
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 /* A varint at data[*pos..len): 0 and the value, or -1 if truncated/too long. */
@@ -117,7 +116,7 @@ int wire_unpack_chunk(const uint8_t *data, size_t len, Autoloco__V1__ShardChunk 
             break;
         case WT_LEN:
             ok = !read_varint(data, len, &pos, &v) && v <= len - pos;
-            if (ok && (key >> 3) == CHUNK_PAYLOAD_FIELD) {
+            if (ok && (key >> 3) == WIRE_CHUNK_PAYLOAD_FIELD) {
                 if (ncut == MAX_CUTS)
                     return bad(why, n, AL_ST_INVALID_ARGUMENT,
                                "payload: more than %d payload fields in one chunk", MAX_CUTS);

@@ -24,6 +24,10 @@ typedef struct wire_limits {
 int wire_unpack(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                 ProtobufCMessage **msg, char *why, size_t n);
 
+/* ShardChunk.payload's field number in proto/autoloco.proto: the client
+ * appends the payload itself under it, the server cuts it out (no copies). */
+#define WIRE_CHUNK_PAYLOAD_FIELD 12
+
 /* A ShardChunk whose payload is not copied: (*m)->payload points into data,
  * which must outlive *m. Same statuses as wire_unpack. Free with
  * wire_free_chunk (never with protobuf_c_message_free_unpacked). */

@@ -109,8 +109,9 @@ static void cu_attention_backward(void *ctx, float *dqkv, const float *dout, con
                                    CB(ctx)->scratch);
 }
 
-/* Download n floats into the host buffer (grown as needed); NULL on failure. */
-static const float *to_host(cuda_backend *b, const void *src, size_t n, size_t elem) {
+/* Download n elements of elem bytes into the host buffer (grown as needed);
+ * NULL on failure. */
+static const void *to_host(cuda_backend *b, const void *src, size_t n, size_t elem) {
     if (b->rc) return NULL;
     if (n * elem > b->host_n) {
         float *h = realloc(b->host, n * elem);
@@ -141,7 +142,7 @@ static double cu_sumsq(void *ctx, const float *x, size_t n) {
     cuda_backend *b = CB(ctx);
     if (b->rc) return NAN;
     al_sumsq_cuda(&b->g, b->partials, x, n);
-    const double *h = (const double *)to_host(b, b->partials, AL_CUDA_SUMSQ_BLOCKS, sizeof(double));
+    const double *h = to_host(b, b->partials, AL_CUDA_SUMSQ_BLOCKS, sizeof(double));
     if (!h) return NAN;
     double s = 0.0;
     for (int i = 0; i < AL_CUDA_SUMSQ_BLOCKS; i++) s += h[i];

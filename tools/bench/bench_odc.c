@@ -433,11 +433,9 @@ int al_bench_odc(int argc, char **argv, al_err *err) {
         if (rc) return rc;
     }
     if ((rc = al_model_preset(&b.mc, b.preset, err))) return rc;
-    if (strcmp(b.device, "cpu") && strcmp(b.device, "cuda"))
-        return al_errf(err, AL_EINVAL, "--device: unknown device '%s' (cpu, cuda)", b.device);
-    if (!strcmp(b.device, "cuda") && !al_backend_has_cuda())
-        return al_errf(err, AL_EUNSUPPORTED,
-                       "this build has no CUDA backend (configure with -Dcuda=enabled)");
+    /* both modes run: fsdp is the stricter one */
+    if ((rc = al_odc_check_device(b.device, AL_MODE_FSDP, err)))
+        return al_err_prefix(err, "--device");
     if ((rc = al_tokens_load(&b.data, b.data_path, err))) {
         al_err_prefix(err, "bench odc (prepare it with 'autoloco data prep --format fortune -o "
                            "data/fortunes /usr/share/games/fortunes')");

@@ -34,13 +34,13 @@ size_t al_nccl_own_floats(const size_t *unit_len, int nunits, int W) {
     return n;
 }
 
-float *al_nccl_own(const al_nccl *x, int which, int u) {
-    return x->peer[x->w] + (size_t)which * x->own_floats + x->own_off[u];
-}
-
 /* unit u's chunk of owner o in array `which` */
 static float *at(const al_nccl *x, int o, int which, int u) {
     return x->peer[o] + (size_t)which * x->own_floats + x->own_off[u];
+}
+
+float *al_nccl_own(const al_nccl *x, int which, int u) {
+    return at(x, x->w, which, u);
 }
 
 /* CUDA mode: export my allocation, open everyone else's, and (fsdp) join the
