@@ -178,4 +178,31 @@ static void check(const char *what, const float *params, const double *losses, c
     assert_err_below(label, lerr, TOL_LOSS);
 }
 
+/* odc at W workers on the CPU engine, then on `device` (the GPU engine's
+ * path): both against the trainer's reference (check), and the device's
+ * parameters within TOL_PARAM of the CPU engine's. Returns the device's
+ * parameters as doubles (free them). */
+static double *odc_vs_cpu(fixture *f, const al_model_config *mc, int W, const char *device,
+                          const double *refd, const double *ref_loss, size_t P) {
+    float *got = malloc(P * sizeof(float));
+    double loss[STEPS];
+    al_err err = {0};
+    char what[96];
+    if (run_engine(f, mc, AL_MODE_ODC, W, "cpu", got, loss, &err))
+        fail_msg("cpu odc W=%d: %s", W, err.msg);
+    snprintf(what, sizeof what, "cpu odc W=%d vs trainer:", W);
+    check(what, got, loss, refd, ref_loss, P);
+    double *cpud = t_to_d(got, P);
+    if (run_engine(f, mc, AL_MODE_ODC, W, device, got, loss, &err))
+        fail_msg("%s odc W=%d: %s", device, W, err.msg);
+    snprintf(what, sizeof what, "%s odc W=%d vs trainer:", device, W);
+    check(what, got, loss, refd, ref_loss, P);
+    snprintf(what, sizeof what, "%s odc W=%d params vs cpu odc", device, W);
+    assert_err_below(what, t_max_rel_err(got, cpud, P), TOL_PARAM);
+    free(cpud);
+    double *gotd = t_to_d(got, P);
+    free(got);
+    return gotd;
+}
+
 #endif

@@ -62,20 +62,7 @@ static void test_gpu_engines(void **state) {
     reference(f, &mc, ref, ref_loss);
     double *refd = t_to_d(ref, P), *odcd[4] = {0};
     char what[96];
-    for (int W = 1; W <= 3; W++) {
-        /* the CPU engine with the same W, then the GPU engine */
-        if (run_engine(f, &mc, AL_MODE_ODC, W, "cpu", got, loss, &err))
-            fail_msg("cpu odc W=%d: %s", W, err.msg);
-        double *cpud = t_to_d(got, P);
-        if (run_engine(f, &mc, AL_MODE_ODC, W, "cuda", got, loss, &err))
-            fail_msg("cuda odc W=%d: %s", W, err.msg);
-        snprintf(what, sizeof what, "cuda odc W=%d vs cpu trainer:", W);
-        check(what, got, loss, refd, ref_loss, P);
-        snprintf(what, sizeof what, "cuda odc W=%d vs cpu odc W=%d: params", W, W);
-        assert_err_below(what, t_max_rel_err(got, cpud, P), TOL_PARAM);
-        free(cpud);
-        odcd[W] = t_to_d(got, P);
-    }
+    for (int W = 1; W <= 3; W++) odcd[W] = odc_vs_cpu(f, &mc, W, "cuda", refd, ref_loss, P);
     for (int W = 1; W <= 3; W++) {
         if (W > f->ngpu) {
             print_message("  SKIP: fsdp over NCCL with W=%d needs %d GPUs, %d present (NCCL "

@@ -122,29 +122,15 @@ static void test_staged_gpu_path(void **state) {
     al_layout lay;
     assert_int_equal(al_layout_init(&lay, &mc, &err), 0);
     size_t P = lay.nparams;
-    float *ref = malloc(P * sizeof(float)), *got = malloc(P * sizeof(float));
-    double ref_loss[STEPS], loss[STEPS];
+    float *ref = malloc(P * sizeof(float));
+    double ref_loss[STEPS];
     reference(f, &mc, ref, ref_loss);
     double *refd = t_to_d(ref, P);
-    char what[96];
     for (int W = 1; W <= 3; W++) {
-        /* the CPU engine with the same W, then the GPU engine's path on the CPU */
-        if (run_engine(f, &mc, AL_MODE_ODC, W, "cpu", got, loss, &err))
-            fail_msg("cpu odc W=%d: %s", W, err.msg);
-        snprintf(what, sizeof what, "cpu odc W=%d vs trainer:", W);
-        check(what, got, loss, refd, ref_loss, P);
+        free(odc_vs_cpu(f, &mc, W, "staged", refd, ref_loss, P));
         assert_int_equal(shm_leftovers(f), 0);
-        double *cpud = t_to_d(got, P);
-        if (run_engine(f, &mc, AL_MODE_ODC, W, "staged", got, loss, &err))
-            fail_msg("staged odc W=%d: %s", W, err.msg);
-        snprintf(what, sizeof what, "staged odc W=%d vs trainer:", W);
-        check(what, got, loss, refd, ref_loss, P);
-        snprintf(what, sizeof what, "staged odc W=%d params vs cpu odc", W);
-        assert_err_below(what, t_max_rel_err(got, cpud, P), TOL_PARAM);
-        assert_int_equal(shm_leftovers(f), 0);
-        free(cpud);
     }
-    free(refd), free(ref), free(got);
+    free(refd), free(ref);
     al_layout_free(&lay);
 }
 
