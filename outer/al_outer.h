@@ -54,6 +54,8 @@ typedef struct al_site_stats {
     double lr_last;   /* η of the interval's last inner step, η_r */
     int64_t tokens;   /* tokens trained on in the interval */
     double compute_s; /* seconds of inner compute in the interval */
+    double comm_s;    /* seconds the site's previous exchange took (the link's measured cost of
+                       * one round; 0 before its first exchange) */
 } al_site_stats;
 
 /* The round's statistics: the same numbers on every site (every site receives
@@ -71,6 +73,7 @@ typedef struct al_round_stats {
     double lr_last;       /* η_r (identical on all sites) */
     int64_t tokens;       /* sum over sites */
     double compute_s;     /* max over sites: the round waits for the slowest */
+    double comm_s;        /* max over sites of their previous exchange's seconds (0: none yet) */
 } al_round_stats;
 
 /* Refuse non-finite or out-of-range fields (AL_ENUMERIC for NaN/Inf, AL_EINVAL

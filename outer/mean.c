@@ -37,6 +37,7 @@ int al_site_stats_check(const al_site_stats *s, al_err *err) {
     CHECK_FINITE(who, s, lr_sq_sum);
     CHECK_FINITE(who, s, lr_last);
     CHECK_FINITE(who, s, compute_s);
+    CHECK_FINITE(who, s, comm_s);
     if (s->site < 0) return al_errf(err, AL_EINVAL, "%s: site id %d < 0", who, s->site);
     if (s->steps < 1)
         return al_errf(err, AL_EINVAL, "%s: 'steps' is %lld, must be >= 1", who,
@@ -47,6 +48,7 @@ int al_site_stats_check(const al_site_stats *s, al_err *err) {
     CHECK_NONNEG(who, s, lr_last);
     CHECK_NONNEG(who, s, tokens);
     CHECK_NONNEG(who, s, compute_s);
+    CHECK_NONNEG(who, s, comm_s);
     CHECK_NONNEG(who, s, lr_sum); /* 0 is possible (lr 0); the corrected step refuses it */
     return 0;
 }
@@ -61,6 +63,7 @@ int al_round_stats_check(const al_round_stats *s, al_err *err) {
     CHECK_FINITE(who, s, lr_sq_sum);
     CHECK_FINITE(who, s, lr_last);
     CHECK_FINITE(who, s, compute_s);
+    CHECK_FINITE(who, s, comm_s);
     if (s->n_sites < 1)
         return al_errf(err, AL_EINVAL, "%s: 'n_sites' is %d, must be >= 1", who, s->n_sites);
     if (s->steps < 1)
@@ -74,6 +77,7 @@ int al_round_stats_check(const al_round_stats *s, al_err *err) {
     CHECK_NONNEG(who, s, lr_last);
     CHECK_NONNEG(who, s, tokens);
     CHECK_NONNEG(who, s, compute_s);
+    CHECK_NONNEG(who, s, comm_s);
     CHECK_NONNEG(who, s, lr_sum); /* 0 is possible (lr 0); the corrected step refuses it */
     return 0;
 }
@@ -138,6 +142,7 @@ int al_round_stats_combine(al_round_stats *out, int64_t round, const al_site_sta
         dsq += s->delta_sq;
         r.tokens += s->tokens;
         if (s->compute_s > r.compute_s) r.compute_s = s->compute_s;
+        if (s->comm_s > r.comm_s) r.comm_s = s->comm_s;
     }
     r.loss = loss / m;
     r.grad_norm = gn / m;

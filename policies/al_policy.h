@@ -25,6 +25,17 @@
  * Settings every policy has: h_base (the DiLoCo interval, default 100),
  * h_min (default 0 = max(1, h_base/4)), h_max (default 0 = 8·h_base).
  * Every H returned is clipped to [h_min, h_max].
+ *
+ * Bandwidth floor, for every policy: max_comm_fraction f (0 = off, the
+ * default) raises the rule's H to at least ⌈t_c·(1 − f)/(f·t_s)⌉, where t_c
+ * is the round's comm_s (the slowest member's measured exchange of the
+ * previous round: the link's cost of one sync) and t_s = compute_s/steps (the
+ * slowest member's seconds per inner step), so that the projected share of a
+ * round's wall time spent communicating, t_c/(t_c + H·t_s), stays <= f. It
+ * needs a measurement: the first interval and rounds with comm_s = 0 have no
+ * floor; h_max still bounds it. The inputs are the round's combined
+ * statistics, so every site computes the same floor; but they are measured
+ * times, so with the floor on, H is no longer reproducible from run to run.
  */
 #ifndef AL_POLICY_H
 #define AL_POLICY_H
@@ -67,6 +78,10 @@ int al_policy_start(al_policy *p, int64_t *h_first, al_err *err);
  * AL_ENUMERIC naming the field, and on any error the policy's state is left
  * exactly as it was. */
 int al_policy_next_interval(al_policy *p, const al_round_stats *stats, int64_t *h, al_err *err);
+
+/* The bandwidth floor the statistics imply (0: off or nothing measured yet);
+ * next_interval returns at least this (up to h_max). */
+double al_policy_comm_floor(const al_policy *p, const al_round_stats *s);
 
 /* The H last returned (H_1 right after start). */
 int64_t al_policy_current(const al_policy *p);

@@ -23,6 +23,8 @@ static const al_pparam common[P_OWN] = {
     {"h_base", AL_P_INT, 100, 1, 1e9, "the DiLoCo interval: first H, reference for the others"},
     {"h_min", AL_P_INT, 0, 0, 1e9, "smallest H (0: max(1, h_base/4))"},
     {"h_max", AL_P_INT, 0, 0, 1e9, "largest H (0: 8*h_base)"},
+    {"max_comm_fraction", AL_P_REAL, 0, 0, 0.99,
+     "largest projected share of a round's wall time spent communicating (0: off)"},
 };
 static const char *const common_state[S_OWN] = {"rounds", "h"};
 
@@ -188,6 +190,17 @@ int al_policy_start(al_policy *p, int64_t *h_first, al_err *err) {
     return 0;
 }
 
+/* The bandwidth floor (see al_policy.h): with f = max_comm_fraction, t_c the
+ * measured seconds of one exchange and t_s the seconds of one inner step, a
+ * round of H steps spends t_c/(t_c + H·t_s) of its time communicating; that is
+ * <= f when H >= t_c·(1 − f)/(f·t_s). */
+double al_policy_comm_floor(const al_policy *p, const al_round_stats *s) {
+    double f = p->par[P_MAX_COMM];
+    if (!(f > 0) || !(s->comm_s > 0) || !(s->compute_s > 0) || s->steps < 1) return 0;
+    double t_step = s->compute_s / (double)s->steps;
+    return ceil((s->comm_s * (1 - f)) / (f * t_step));
+}
+
 int al_policy_next_interval(al_policy *p, const al_round_stats *s, int64_t *h_out, al_err *err) {
     const char *pol = p->ops->name;
     if (!p->started)
@@ -203,7 +216,8 @@ int al_policy_next_interval(al_policy *p, const al_round_stats *s, int64_t *h_ou
     if (isnan(h))
         return al_errf(err, AL_ENUMERIC, "policy %s: round %lld: the rule produced NaN", pol,
                        (long long)s->round);
-    t.st[S_H] = round(clip(&t, h)); /* ±Inf clips to a bound; rules return integers */
+    h = fmax(h, al_policy_comm_floor(&t, s)); /* h_max still wins: clipped below */
+    t.st[S_H] = round(clip(&t, h));           /* ±Inf clips to a bound; rules return integers */
     t.st[S_ROUNDS] += 1;
     *p = t;
     *h_out = (int64_t)t.st[S_H];

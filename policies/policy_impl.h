@@ -14,7 +14,7 @@
 
 #include "al_policy.h"
 
-enum { AL_POLICY_MAXP = 16 };
+enum { AL_POLICY_MAXP = 24 };
 
 typedef enum { AL_P_REAL, AL_P_INT, AL_P_BOOL } al_pkind;
 
@@ -25,8 +25,8 @@ typedef struct al_pparam {
     const char *help;
 } al_pparam;
 
-/* common settings: par[P_H_BASE..P_H_MAX]; a policy's own start at P_OWN */
-enum { P_H_BASE, P_H_MIN, P_H_MAX, P_OWN };
+/* common settings: par[P_H_BASE..P_MAX_COMM]; a policy's own start at P_OWN */
+enum { P_H_BASE, P_H_MIN, P_H_MAX, P_MAX_COMM, P_OWN };
 /* common state: st[S_ROUNDS] rounds observed, st[S_H] the H last returned */
 enum { S_ROUNDS, S_H, S_OWN };
 

@@ -318,7 +318,8 @@ static int round_once(agent *a, double *eval, al_err *err) {
                           .lr_sq_sum = a->iv.lr_sq_sum,
                           .lr_last = a->iv.lr_last,
                           .tokens = a->iv.tokens,
-                          .compute_s = a->iv.compute_s};
+                          .compute_s = a->iv.compute_s,
+                          .comm_s = a->xchg_s};
     if ((rc = al_site_stats_check(&mine, err))) return al_err_prefix(err, "round %ld", a->round);
     int members[AG_MAX_SITES], M = 0;
     al_site_stats stats[AG_MAX_SITES];

@@ -87,6 +87,8 @@ typedef struct agent {
     al_codec_cfg codec;
     long round, step, h;
     int live[AG_MAX_SITES]; /* members of the last committed round */
+    double xchg_s;          /* seconds the last reduce-scatter + all-gather took (0: none yet); sent
+                             * as the next statistics' comm_s for the policies' bandwidth floor */
     long h_hist[4096];
     int nh;
     float *delta, *dbar, *part;

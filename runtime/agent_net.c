@@ -122,6 +122,7 @@ static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
         d->lr_sum = s->inner_lr_sum;
         d->tokens = (int64_t)s->tokens;
         d->compute_s = s->compute_s;
+        d->comm_s = s->comm_s;
         a->have_stats[p][id] = (int)s->round + 1; /* which round, +1 so 0 means none */
         pthread_cond_broadcast(&a->cv);
     }
@@ -533,6 +534,7 @@ static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err
     s.delta_sq_norm = mine->delta_sq;
     s.inner_lr_sum = mine->lr_sum;
     s.compute_s = mine->compute_s;
+    s.comm_s = mine->comm_s;
     s.tokens = (uint64_t)mine->tokens;
     s.steps = (uint32_t)mine->steps;
     return al_client_push_stats(a->cli[peer], &s, err);
@@ -777,6 +779,7 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
     /* 3. reduce-scatter and all-gather; drop a site that fails and redo. A
      * redo waits twice the deadline: the other survivors may notice the
      * failure up to one deadline later than we did. */
+    double t_x = al_now();
     for (int tries = 0;; tries++) {
         if (M < a->cfg->round_min_sites)
             return al_errf(err, AL_EPEER,
@@ -823,6 +826,7 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
         }
         M = k;
     }
+    a->xchg_s = al_now() - t_x; /* the link's cost of a round, sent with the next stats */
     *m = M;
     return 0;
 }

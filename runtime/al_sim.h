@@ -61,15 +61,27 @@ int al_sim_codec_builtin(al_sim_codec *c, const char *name, al_err *err);
  *          fixed H = h_base is exactly DiLoCo whatever the lr schedule. */
 typedef enum { AL_SIM_PROGRESS_LR = 0, AL_SIM_PROGRESS_STEPS = 1 } al_sim_progress;
 
+/* What data each site trains on (docs/results/autoloco-sweep.md, "scenarios"):
+ *   IID:    every site sees the whole train split, each in its own order;
+ *   NONIID: site m gets the m-th of M contiguous runs of documents (documents
+ *           are in file order, so: disjoint groups of fortune files = topics);
+ *   SHIFT:  IID until inner step ⌊shift_at·steps⌋, then each site on its
+ *           non-IID run: the data changes mid-run, at the same step on every
+ *           site (inside an interval if a round straddles it). */
+typedef enum { AL_SIM_IID = 0, AL_SIM_NONIID = 1, AL_SIM_SHIFT = 2 } al_sim_scenario;
+
+/* "iid", "noniid", "shift"; and back (AL_ENOTFOUND naming the known ones). */
+const char *al_sim_scenario_name(al_sim_scenario s);
+int al_sim_scenario_parse(const char *name, al_sim_scenario *out, al_err *err);
+
 typedef struct al_sim_opts {
     al_model_config model;
     al_train_opts train; /* per site; .steps = the inner-step budget, .seed = init and data */
     int sites;           /* M >= 1 */
-    bool iid;            /* true: every site sees the whole train split in its own order;
-                          * false: site m gets the m-th of M contiguous runs of documents
-                          * (documents are in file order, so: disjoint groups of fortune files) */
-    bool ddp;            /* reference: one model, gradients averaged every step */
-    al_outer_cfg outer;  /* .s_ref 0: h_base·lr (LR) or h_base (STEPS) */
+    al_sim_scenario scenario;
+    double shift_at;    /* SHIFT: the fraction of the steps after which sites change data */
+    bool ddp;           /* reference: one model, gradients averaged every step */
+    al_outer_cfg outer; /* .s_ref 0: h_base·lr (LR) or h_base (STEPS) */
     al_sim_progress progress;
     al_policy *policy; /* configured, not started (the sim starts it); not owned. Unused by ddp */
     al_sim_codec codec;

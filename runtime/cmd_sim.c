@@ -3,7 +3,7 @@
  *
  * Configuration: the same strict INI as `autoloco train` for [model] [data]
  * [inner] (al_config), plus
- *   [sim]    sites, iid, codec, eval_every
+ *   [sim]    sites, scenario, shift_at, iid, codec, eval_every, progress
  *   [wan]    bandwidth_mbit, rtt_ms
  *   [outer]  lr, momentum, correction, s_ref   (al_outer_cfg_set)
  *   [policy] name and that policy's settings   (al_policy_set)
@@ -29,7 +29,8 @@ enum { MAX_PAIRS = 64 };
 typedef struct simcfg {
     al_config c;
     long sites, eval_every;
-    bool iid;
+    al_sim_scenario scenario;
+    double shift_at;
     al_sim_progress progress;
     bool correction_set; /* [outer] correction given: else none for fixed (DiLoCo) */
     char codec[16];
@@ -91,9 +92,18 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
             rc = al_cli_int("[sim] sites", v, 1, 256, &s->sites, err);
         else if (!strcmp(key, "eval_every"))
             rc = al_cli_int("[sim] eval_every", v, 0, 1L << 30, &s->eval_every, err);
-        else if (!strcmp(key, "iid")) {
-            if (parse_bool(v, &s->iid))
+        else if (!strcmp(key, "iid")) { /* the older spelling of scenario = iid|noniid */
+            bool iid;
+            if (parse_bool(v, &iid))
                 rc = al_errf(err, AL_ECONFIG, "[sim] iid: '%s' is not true or false", v);
+            else
+                s->scenario = iid ? AL_SIM_IID : AL_SIM_NONIID;
+        } else if (!strcmp(key, "scenario")) {
+            rc = al_sim_scenario_parse(v, &s->scenario, err);
+        } else if (!strcmp(key, "shift_at")) {
+            if ((rc = al_cli_double("[sim] shift_at", v, &s->shift_at, err)) == 0 &&
+                !(s->shift_at >= 0 && s->shift_at <= 1))
+                rc = al_errf(err, AL_ECONFIG, "[sim] shift_at: %s is not in [0, 1]", v);
         } else if (!strcmp(key, "progress")) {
             if (!strcmp(v, "lr"))
                 s->progress = AL_SIM_PROGRESS_LR;
@@ -107,7 +117,8 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
                 snprintf(s->codec, sizeof s->codec, "%s", v);
         } else
             rc = al_errf(err, AL_ECONFIG,
-                         "[sim] %s: unknown key (known: sites, iid, codec, eval_every, progress)",
+                         "[sim] %s: unknown key (known: sites, scenario, shift_at, iid, codec, "
+                         "eval_every, progress)",
                          key);
     } else if (!strcmp(sec, "wan")) {
         double *dst = !strcmp(key, "bandwidth_mbit") ? &s->bw_mbit
@@ -197,7 +208,8 @@ static int simcfg_init(simcfg *s, al_err *err) {
     memset(s, 0, sizeof *s);
     int rc = al_config_init(&s->c, err);
     s->sites = 4;
-    s->iid = true;
+    s->scenario = AL_SIM_IID;
+    s->shift_at = 0.5;
     s->progress = AL_SIM_PROGRESS_STEPS;
     snprintf(s->codec, sizeof s->codec, "fp32");
     s->bw_mbit = 1000;
@@ -232,7 +244,10 @@ static void sim_usage(FILE *f) {
             "                       none for fixed (DiLoCo), autoloco for the others\n"
             "  --ddp                reference: gradients averaged every step, one AdamW\n"
             "  --seed N, --sites M, --steps N, --threads N\n"
-            "  --noniid / --iid     sites get disjoint runs of documents (fortune files)\n"
+            "  --scenario S         iid | noniid (sites on disjoint runs of documents, i.e.\n"
+            "                       groups of fortune files) | shift (iid, then noniid from\n"
+            "                       [sim] shift_at of the steps, default 0.5)\n"
+            "  --noniid / --iid     = --scenario noniid / iid\n"
             "  --codec NAME         fp32 | bf16 | int8 | int4 (stand-ins until outer/al_codec.h)\n"
             "  --jsonl FILE         one JSON record per round\n"
             "  --json               print the summary as one JSON line, last\n");
@@ -251,6 +266,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
                                          {"threads", required_argument, 0, 't'},
                                          {"noniid", no_argument, 0, 'N'},
                                          {"iid", no_argument, 0, 'I'},
+                                         {"scenario", required_argument, 0, 'G'},
                                          {"codec", required_argument, 0, 'k'},
                                          {"jsonl", required_argument, 0, 'j'},
                                          {"json", no_argument, 0, 'J'},
@@ -309,10 +325,13 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
             flag = "--codec", sec = "sim", key = "codec";
             break;
         case 'N':
-            s.iid = false;
+            s.scenario = AL_SIM_NONIID;
             break;
         case 'I':
-            s.iid = true;
+            s.scenario = AL_SIM_IID;
+            break;
+        case 'G':
+            flag = "--scenario", sec = "sim", key = "scenario";
             break;
         case 'D':
             ddp = true;
@@ -348,7 +367,8 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
         goto out;
     }
     o.sites = (int)s.sites;
-    o.iid = s.iid;
+    o.scenario = s.scenario;
+    o.shift_at = s.shift_at;
     o.progress = s.progress;
     o.ddp = ddp;
     o.outer = s.outer;
@@ -384,8 +404,8 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     }
     o.jsonl = jl;
     printf("autoloco sim: %s, %d %s sites x %ld steps, preset %s, %s%s, codec %s\n",
-           ddp ? "ddp" : al_policy_name(pol), o.sites, o.iid ? "IID" : "non-IID", o.train.steps,
-           o.model.preset, ddp ? "" : "correction ",
+           ddp ? "ddp" : al_policy_name(pol), o.sites, al_sim_scenario_name(o.scenario),
+           o.train.steps, o.model.preset, ddp ? "" : "correction ",
            ddp ? "" : al_correction_name(o.outer.correction), o.codec.name);
     fflush(stdout);
     al_sim_result r;

@@ -72,7 +72,8 @@ int al_sim_codec_builtin(al_sim_codec *c, const char *name, al_err *err) {
 void al_sim_opts_default(al_sim_opts *o) {
     memset(o, 0, sizeof *o);
     o->sites = 4;
-    o->iid = true;
+    o->scenario = AL_SIM_IID;
+    o->shift_at = 0.5;
     al_outer_cfg_default(&o->outer);
     o->progress = AL_SIM_PROGRESS_STEPS; /* the sweep's evidence: docs/outer.md */
     al_sim_codec_builtin(&o->codec, "fp32", NULL);
@@ -80,6 +81,22 @@ void al_sim_opts_default(al_sim_opts *o) {
     o->rtt_s = 0.05;
     o->nan_site = -1;
     o->nan_round = -1;
+}
+
+static const char *const scenario_names[] = {"iid", "noniid", "shift"};
+
+const char *al_sim_scenario_name(al_sim_scenario s) {
+    return (unsigned)s < AL_ARRAY_LEN(scenario_names) ? scenario_names[s] : "?";
+}
+
+int al_sim_scenario_parse(const char *name, al_sim_scenario *out, al_err *err) {
+    for (size_t i = 0; i < AL_ARRAY_LEN(scenario_names); i++)
+        if (!strcmp(name, scenario_names[i])) {
+            *out = (al_sim_scenario)i;
+            return 0;
+        }
+    return al_errf(err, AL_ENOTFOUND, "sim: unknown scenario '%s' (known: iid, noniid, shift)",
+                   name);
 }
 
 uint64_t al_sim_site_seed(uint64_t seed, int m) {
@@ -142,6 +159,8 @@ typedef struct sim {
     int M;
     size_t P;
     al_tokens *shard; /* [M] non-IID shards (unused for IID) */
+    al_loader *late;  /* SHIFT: [M] each site's loader over its shard, swapped in at shift_step */
+    long shift_step;  /* SHIFT: the inner step (0-based) from which sites train on their shard */
     al_trainer *tr;   /* [M] sites (DDP: [1]) */
     al_outer *outer;  /* [M] every site's replica of the outer state */
     float **delta;    /* [M] pseudo-gradients */
@@ -160,6 +179,7 @@ static void sim_free(sim *s) {
         if (s->delta) free(s->delta[m]);
         if (s->shard) al_tokens_free(&s->shard[m]);
         if (s->ld) al_loader_free(&s->ld[m]);
+        if (s->late) al_loader_free(&s->late[m]);
     }
     if (s->mbs)
         for (int i = 0; i < s->M * s->o->train.accum; i++) al_batch_free(&s->mbs[i]);
@@ -168,14 +188,26 @@ static void sim_free(sim *s) {
     free(s->delta);
     free(s->shard);
     free(s->ld);
+    free(s->late);
     free(s->mbs);
     free(s->dbar);
     free(s->ss);
     al_mean_free(&s->mean);
 }
 
+/* The data site m starts on. */
 static const al_tokens *site_data(const sim *s, const al_tokens *train, int m) {
-    return s->o->iid ? train : &s->shard[m];
+    return s->o->scenario == AL_SIM_NONIID ? &s->shard[m] : train;
+}
+
+/* SHIFT: at the start of inner step `step`, site m's loader `ld` moves to its
+ * shard (every site at the same step). The IID loader is kept in s->late[m]
+ * for freeing. */
+static void maybe_shift(sim *s, int m, long step, al_loader *ld) {
+    if (s->o->scenario != AL_SIM_SHIFT || step != s->shift_step) return;
+    al_loader t = *ld;
+    *ld = s->late[m];
+    s->late[m] = t;
 }
 
 static int push_h(al_sim_result *r, long *cap, long h, al_err *err) {
@@ -220,13 +252,15 @@ static void write_record(FILE *f, json_t *rec) {
 
 /* ---- one round of the DiLoCo/AutoLoCo loop ---------------------------------------------- */
 
-/* Site m runs h inner steps from θ_global and reports its interval's statistics. */
-static int run_interval(sim *s, int m, long h, al_site_stats *st, al_err *err) {
+/* Site m runs h inner steps from θ_global (the run's inner steps step0 ..
+ * step0+h−1) and reports its interval's statistics. */
+static int run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al_err *err) {
     al_trainer *tr = &s->tr[m];
     memset(st, 0, sizeof *st);
     st->site = m;
     st->steps = h;
     for (long k = 0; k < h; k++) {
+        maybe_shift(s, m, step0 + k, &tr->train);
         al_step_stats ss;
         int rc = al_trainer_step(tr, &ss, err);
         if (rc) return al_err_prefix(err, "sim: site %d", m);
@@ -264,6 +298,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
     if ((rc = al_policy_start(o->policy, &h, err))) return rc;
     double bytes_round = round_bytes_per_site(M, s->P, o->codec.bits);
     long step = 0, round = 0, budget = o->train.steps;
+    double prev_comm = 0; /* the WAN model's seconds for the last exchange: each site's comm_s */
     int order[256];
     while (step < budget) {
         long hr = AL_MIN((long)h, budget - step);
@@ -276,7 +311,8 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
         for (int i = 0; i < M; i++) {
             int m = order[i];
             al_site_stats st;
-            if ((rc = run_interval(s, m, hr, &st, err))) break;
+            if ((rc = run_interval(s, m, step, hr, &st, err))) break;
+            st.comm_s = prev_comm;
             cmax = fmax(cmax, st.compute_s);
             if (round == o->nan_round && m == o->nan_site) s->tr[m].model.params[0] = NAN;
             al_err why = {0};
@@ -319,6 +355,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
         }
         al_outer_coefs k = s->outer[0].last;
         int64_t h_next = h;
+        double floor_h = rc == 0 ? al_policy_comm_floor(o->policy, &rs) : 0;
         if (rc == 0) rc = al_policy_next_interval(o->policy, &rs, &h_next, err);
         if (rc) {
             json_decref(refused);
@@ -329,6 +366,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
         step += hr;
         res->syncs++;
         double comm = 2 * o->rtt_s + bytes_round * 8 / o->bandwidth_bps;
+        prev_comm = comm;
         res->compute_s += cmax;
         res->comm_s += comm;
         res->bytes_per_site += bytes_round;
@@ -357,6 +395,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
             json_object_set_new(rec, "scale", json_real(k.scale));
             json_object_set_new(rec, "compute_s", json_real(cmax));
             json_object_set_new(rec, "comm_s", json_real(comm));
+            json_object_set_new(rec, "comm_floor", json_real(floor_h));
             json_object_set_new(rec, "bytes_per_site", json_real(bytes_round));
             json_object_set_new(rec, "hash", json_string(hash0));
             json_object_set_new(rec, "policy", policy_state_json(o->policy));
@@ -398,8 +437,10 @@ static int run_ddp(sim *s, const al_tokens *val, al_sim_result *res, al_err *err
     double loss_sum = 0;
     long loss_n = 0;
     for (long step = 0; step < o->train.steps; step++) {
-        for (int m = 0; m < M; m++)
+        for (int m = 0; m < M; m++) {
+            maybe_shift(s, m, step, &s->ld[m]);
             for (int a = 0; a < A; a++) al_loader_next(&s->ld[m], &s->mbs[m * A + a]);
+        }
         al_step_stats st;
         /* the loss (and gradient) is the mean over every target of the M·A
          * microbatches: a global batch M times a site's, averaged */
@@ -447,8 +488,18 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     s->shard = calloc((size_t)M, sizeof *s->shard);
     if (!s->tr || !s->shard) return al_errf(err, AL_ENOMEM, "sim: out of memory");
     int rc = 0;
-    if (!o->iid)
+    if (o->scenario == AL_SIM_SHIFT && !(o->shift_at >= 0 && o->shift_at <= 1))
+        return al_errf(err, AL_EINVAL, "sim: shift_at = %g not in [0, 1]", o->shift_at);
+    s->shift_step = (long)floor(o->shift_at * (double)o->train.steps);
+    if (o->scenario != AL_SIM_IID)
         for (int m = 0; m < M && rc == 0; m++) rc = shard_docs(&s->shard[m], train, m, M, err);
+    if (rc == 0 && o->scenario == AL_SIM_SHIFT) {
+        if (!(s->late = calloc((size_t)M, sizeof *s->late)))
+            return al_errf(err, AL_ENOMEM, "sim: out of memory");
+        for (int m = 0; m < M && rc == 0; m++)
+            rc = al_loader_init(&s->late[m], &s->shard[m], o->train.packing, 1,
+                                al_sim_site_seed(o->train.seed, m), err);
+    }
     /* every replica starts from the same weights (init seed = run seed); only
      * the data order differs: each site's loader gets its own seed */
     for (int m = 0; m < nt && rc == 0; m++) {
@@ -526,8 +577,11 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
         json_object_set_new(j, "settings", json_string(settings));
         json_object_set_new(j, "h_base", json_real(al_policy_h_base(o->policy)));
     }
+    json_object_set_new(j, "preset", json_string(o->model.preset));
+    json_object_set_new(j, "scenario", json_string(al_sim_scenario_name(o->scenario)));
+    if (o->scenario == AL_SIM_SHIFT) json_object_set_new(j, "shift_at", json_real(o->shift_at));
     json_object_set_new(j, "sites", json_integer(o->sites));
-    json_object_set_new(j, "iid", json_boolean(o->iid));
+    json_object_set_new(j, "iid", json_boolean(o->scenario == AL_SIM_IID));
     json_object_set_new(j, "seed", json_integer((json_int_t)o->train.seed));
     json_object_set_new(j, "codec", json_string(o->codec.name));
     json_object_set_new(j, "progress",

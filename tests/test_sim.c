@@ -93,10 +93,10 @@ static void test_deterministic(void **state) {
     al_policy *p1, *p2;
     al_sim_result a, b;
     opts_for(&o, &p1, "autoloco", 3, 48, 4);
-    o.iid = false;
+    o.scenario = AL_SIM_NONIID;
     run_ok(&o, &a);
     opts_for(&o, &p2, "autoloco", 3, 48, 4);
-    o.iid = false;
+    o.scenario = AL_SIM_NONIID;
     run_ok(&o, &b);
     print_message("  autoloco, 3 non-IID sites: %ld syncs, eval %.6f, %s\n", a.syncs,
                   a.final_eval_loss, a.hash);

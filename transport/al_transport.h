@@ -94,7 +94,7 @@ typedef struct al_shard_meta {
 typedef struct al_stats {
     char site[AL_SITE_MAX + 1];
     uint64_t round, epoch;
-    double mean_loss, grad_norm, delta_sq_norm, inner_lr_sum, compute_s;
+    double mean_loss, grad_norm, delta_sq_norm, inner_lr_sum, compute_s, comm_s;
     uint64_t tokens;
     uint32_t steps;
 } al_stats;

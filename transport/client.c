@@ -264,6 +264,7 @@ int al_client_push_stats(al_client *c, const al_stats *s, al_err *err) {
     m.inner_lr_sum = s->inner_lr_sum;
     m.tokens = s->tokens;
     m.compute_s = s->compute_s;
+    m.comm_s = s->comm_s;
     m.steps = s->steps;
     Autoloco__V1__Ack *ack = NULL;
     int rc = unary(c, "PushStats", &m.base, &autoloco__v1__ack__descriptor,

@@ -276,6 +276,8 @@ int wire_check_stats(const Autoloco__V1__Stats *m, char *why, size_t n) {
         return bad(why, n, AL_ST_INVALID_ARGUMENT, "inner_lr_sum: not a finite value >= 0");
     if (!finite_nonneg(m->compute_s))
         return bad(why, n, AL_ST_INVALID_ARGUMENT, "compute_s: not a finite value >= 0");
+    if (!finite_nonneg(m->comm_s))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "comm_s: not a finite value >= 0");
     if (m->steps < 1) return bad(why, n, AL_ST_INVALID_ARGUMENT, "steps: 0");
     return AL_ST_OK;
 }
@@ -384,6 +386,7 @@ void wire_stats_from(al_stats *out, const Autoloco__V1__Stats *m) {
     out->delta_sq_norm = m->delta_sq_norm;
     out->inner_lr_sum = m->inner_lr_sum;
     out->compute_s = m->compute_s;
+    out->comm_s = m->comm_s;
     out->tokens = m->tokens;
     out->steps = m->steps;
 }
