@@ -54,4 +54,12 @@ static inline double t_max_rel_err_dd(const double *a, const double *b, size_t n
         if (!(e_ <= t_)) fail_msg("%s: relative error %.3e above %.1e", (what), e_, t_);           \
     } while (0)
 
+/* Assert |a - b| <= tol (doubles; tol 0: exactly equal), printing both sides. */
+#define assert_double_near(a, b, tol)                                                              \
+    do {                                                                                           \
+        double a_ = (a), b_ = (b), t_ = (tol);                                                     \
+        if (!(fabs(a_ - b_) <= t_))                                                                \
+            fail_msg("%s = %.17g, expected %s = %.17g (tol %g)", #a, a_, #b, b_, t_);              \
+    } while (0)
+
 #endif

@@ -293,6 +293,66 @@ static void test_autoloco_lr_power(void **state) {
 }
 
 /* Same statistics, same H: two instances, and a run interrupted by save/load. */
+/* The bandwidth floor (al_policy.h): with f = max_comm_fraction, an exchange of
+ * t_c seconds and t_s seconds per inner step, H >= ⌈t_c·(1 − f)/(f·t_s)⌉.
+ * fixed H = 100, steps of 0.01 s (compute 1 s over 100 steps):
+ *   t_c = 4 s, f = 0.5:  ⌈4·0.5/(0.5·0.01)⌉ = 400 → H = 400 (the floor wins)
+ *   t_c = 0.5 s, f = 0.5: ⌈0.5·0.5/0.005⌉ = 50 < 100 → H = 100 (the rule's)
+ *   t_c = 4 s, f = 0.25: ⌈4·0.75/0.0025⌉ = 1200 → h_max (800) wins
+ * and it applies to every policy: adacomm and autoloco as well. */
+static void test_comm_floor(void **state) {
+    (void)state;
+    al_policy *p =
+        make("fixed", (const char *const[]){"h_base", "100", "max_comm_fraction", "0.5", NULL});
+    assert_int_equal(start(p), 100); /* nothing measured yet: no floor */
+    al_round_stats s = rs(0, 2, 3.0, 0.5, 1e-3, 100);
+    assert_int_equal(next(p, s), 100); /* comm_s 0: no floor */
+    s.comm_s = 4;
+    assert_double_near(al_policy_comm_floor(p, &s), 400, 0);
+    assert_int_equal(next(p, s), 400);
+    /* the projected fraction at the chosen H is the setting: 4/(4 + 400·0.01) = 0.5 */
+    assert_double_near(s.comm_s / (s.comm_s + 400 * (s.compute_s / (double)s.steps)), 0.5, 1e-12);
+    s.comm_s = 0.5;
+    assert_int_equal(next(p, s), 100);
+    al_policy_free(p);
+
+    p = make("fixed", (const char *const[]){"h_base", "100", "max_comm_fraction", "0.25", NULL});
+    start(p);
+    s.comm_s = 4;
+    assert_double_near(al_policy_comm_floor(p, &s), 1200, 0);
+    assert_int_equal(next(p, s), 800);
+    al_policy_free(p);
+
+    /* off by default: the same statistics leave every policy alone */
+    const char *names[] = {"fixed", "adacomm", "qsr", "autoloco"};
+    for (size_t i = 0; i < 4; i++) {
+        al_policy *a = make(names[i], (const char *const[]){"h_base", "100", NULL});
+        al_policy *b = make(
+            names[i], (const char *const[]){"h_base", "100", "max_comm_fraction", "0.5", NULL});
+        start(a);
+        start(b);
+        assert_double_near(al_policy_comm_floor(a, &s), 0, 0);
+        int64_t ha = next(a, s), hb = next(b, s);
+        assert_true(ha < 400);
+        assert_int_equal(hb, 400);
+        al_policy_free(a);
+        al_policy_free(b);
+    }
+}
+
+/* max_comm_fraction must be in [0, 0.99]: 1 (all the time communicating) and
+ * negative values are refused naming the key. */
+static void test_comm_floor_refused(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", NULL);
+    al_err err = {0};
+    assert_int_equal(al_policy_set(p, "max_comm_fraction", "1", &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "max_comm_fraction"));
+    assert_int_equal(al_policy_set(p, "max_comm_fraction", "-0.1", &err), AL_ECONFIG);
+    assert_int_equal(al_policy_set(p, "max_comm_fraction", "half", &err), AL_ECONFIG);
+    al_policy_free(p);
+}
+
 static void test_deterministic_and_resume(void **state) {
     (void)state;
     const char *names[] = {"fixed", "adacomm", "qsr", "autoloco"};
@@ -449,6 +509,8 @@ int main(void) {
         cmocka_unit_test(test_autoloco_lr_power),
         cmocka_unit_test(test_autoloco_floor),
         cmocka_unit_test(test_autoloco_cap),
+        cmocka_unit_test(test_comm_floor),
+        cmocka_unit_test(test_comm_floor_refused),
         cmocka_unit_test(test_deterministic_and_resume),
         cmocka_unit_test(test_refuses_nonfinite),
         cmocka_unit_test(test_settings),
