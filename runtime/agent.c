@@ -330,6 +330,7 @@ static int round_once(agent *a, double *eval, al_err *err) {
     double mdsq = al_sq_norm(a->dbar, a->P);
     if ((rc = al_round_stats_combine(&rs, a->round, stats, M, mdsq, err))) return rc;
     int64_t h_next = h;
+    double comm_floor = al_policy_comm_floor(a->pol, &rs);
     if ((rc = al_policy_next_interval(a->pol, &rs, &h_next, err))) return rc;
     double s_r = a->progress_lr ? rs.lr_sum : (double)rs.steps;
     if ((rc = al_outer_step(&a->outer, a->dbar, s_r, err))) return rc;
@@ -413,6 +414,9 @@ static int round_once(agent *a, double *eval, al_err *err) {
     rec.compute_s = a->iv.compute_s;
     rec.comm_s = t_comm - t_train;
     rec.wait_s = 0;
+    rec.policy_comm_s = rs.comm_s;
+    rec.policy_compute_s = rs.compute_s;
+    rec.comm_floor = comm_floor;
     rec.outer_lr_scale = a->outer.last.scale;
     rec.outer_mu = a->outer.last.mu;
     al_metrics_add_round(&a->met, &rec, NULL);

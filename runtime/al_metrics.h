@@ -63,6 +63,9 @@ typedef struct al_round_record {
     double site_loss[AL_METRICS_MAX_PEERS]; /* every member's train loss */
     double bytes_sent, bytes_recv, bytes_raw, bytes_diloco, bytes_ddp; /* cumulative */
     double compute_s, comm_s, wait_s;                                  /* this round */
+    /* what the policy's bandwidth floor saw (al_policy_comm_floor): the round's
+     * statistics' exchange and compute seconds (max over members) and the floor */
+    double policy_comm_s, policy_compute_s, comm_floor;
     double outer_lr_scale, outer_mu;
 } al_round_record;
 

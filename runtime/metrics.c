@@ -251,6 +251,9 @@ static json_t *record_json(const char *site, const al_round_record *r) {
                 {"compute_s", r->compute_s},
                 {"comm_s", r->comm_s},
                 {"wait_s", r->wait_s},
+                {"policy_comm_s", r->policy_comm_s},
+                {"policy_compute_s", r->policy_compute_s},
+                {"comm_floor", r->comm_floor},
                 {"outer_lr_scale", r->outer_lr_scale},
                 {"outer_mu", r->outer_mu}};
     for (size_t i = 0; i < AL_ARRAY_LEN(nums); i++)
