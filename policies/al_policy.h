@@ -33,8 +33,8 @@
  * slowest member's seconds per inner step), so that the projected share of a
  * round's wall time spent communicating, t_c/(t_c + H·t_s), stays <= f. It
  * needs a measurement: rounds with comm_s = 0 have no floor (the first two
- * intervals: round 0's statistics are sent before any exchange); h_max still bounds it. The inputs are the round's combined
- * statistics, so every site computes the same floor; but they are measured
+ * intervals: round 0's statistics are sent before any exchange); h_max still bounds it. The inputs
+ * are the round's combined statistics, so every site computes the same floor; but they are measured
  * times, so with the floor on, H is no longer reproducible from run to run.
  */
 #ifndef AL_POLICY_H

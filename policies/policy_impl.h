@@ -53,6 +53,7 @@ struct al_policy {
 };
 
 /* The registered policies (policies.c). */
-extern const al_policy_ops al_policy_fixed, al_policy_adacomm, al_policy_qsr, al_policy_autoloco;
+extern const al_policy_ops al_policy_fixed, al_policy_adacomm, al_policy_qsr, al_policy_autoloco,
+    al_policy_coherence;
 
 #endif

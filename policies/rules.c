@@ -126,8 +126,9 @@ const al_policy_ops al_policy_qsr = {.name = "qsr",
                                      .start = qsr_start,
                                      .next = qsr_next};
 
-/* ---- autoloco: H by the coherence of the sites' progress ------------------------------
- * The rule, per round (docs/outer.md explains why):
+/* ---- coherence: H by the coherence of the sites' progress -----------------------------
+ * The first wave's `autoloco` rule (docs/outer.md, "The coherence rule"), kept
+ * as its own policy for comparison. The rule, per round:
  *   c_r = (M·ρ_r − 1)/(M − 1), clamped to [0, 1]: the shared fraction of the moves.
  *   With normalize, c_r is first referred to a DiLoCo interval: if each inner
  *   step moves a site by η_t·(ḡ + noise), the shared part grows as S_r² and the
@@ -260,10 +261,10 @@ static int auto_next(al_policy *p, const al_round_stats *s, double *h, al_err *e
     return 0;
 }
 
-const al_policy_ops al_policy_autoloco = {.name = "autoloco",
-                                          .params = auto_params,
-                                          .n_params = (int)AL_ARRAY_LEN(auto_params),
-                                          .state = auto_state,
-                                          .n_state = (int)AL_ARRAY_LEN(auto_state),
-                                          .start = auto_start,
-                                          .next = auto_next};
+const al_policy_ops al_policy_coherence = {.name = "coherence",
+                                           .params = auto_params,
+                                           .n_params = (int)AL_ARRAY_LEN(auto_params),
+                                           .state = auto_state,
+                                           .n_state = (int)AL_ARRAY_LEN(auto_state),
+                                           .start = auto_start,
+                                           .next = auto_next};

@@ -66,10 +66,10 @@ static double state_of(const al_policy *p, const char *key) {
 
 static void test_registry(void **state) {
     (void)state;
-    const char *want[] = {"fixed", "adacomm", "qsr", "autoloco"};
-    assert_int_equal(al_policy_count(), 4);
-    for (size_t i = 0; i < 4; i++) assert_string_equal(al_policy_name_at(i), want[i]);
-    assert_null(al_policy_name_at(4));
+    const char *want[] = {"fixed", "adacomm", "qsr", "autoloco", "coherence"};
+    assert_int_equal(al_policy_count(), 5);
+    for (size_t i = 0; i < 5; i++) assert_string_equal(al_policy_name_at(i), want[i]);
+    assert_null(al_policy_name_at(5));
     al_policy *p;
     al_err err = {0};
     assert_int_equal(al_policy_create(&p, "diloco", &err), AL_ENOTFOUND);
@@ -176,7 +176,7 @@ static al_round_stats a_stats(int r) {
 
 static void test_autoloco_hand(void **state) {
     (void)state;
-    al_policy *p = make("autoloco", exact_auto);
+    al_policy *p = make("coherence", exact_auto);
     assert_int_equal(start(p), 40);
     const double ema_after[] = {0.5, 0.5, 0.5, 0.375, 0.3125, 0.28125, 0.640625};
     for (int r = 0; r < A_ROUNDS; r++) {
@@ -196,7 +196,7 @@ static void test_autoloco_hand(void **state) {
  * 62.5 rounds half away from zero to 63). */
 static void test_autoloco_floor(void **state) {
     (void)state;
-    al_policy *p = make("autoloco", exact_auto);
+    al_policy *p = make("coherence", exact_auto);
     al_err err = {0};
     assert_int_equal(al_policy_set(p, "floor", "1", &err), 0);
     assert_int_equal(start(p), 40);
@@ -209,7 +209,7 @@ static void test_autoloco_floor(void **state) {
  * (r3: 45, r4: 33.75 → 34). */
 static void test_autoloco_cap(void **state) {
     (void)state;
-    al_policy *p = make("autoloco", exact_auto);
+    al_policy *p = make("coherence", exact_auto);
     al_err err = {0};
     assert_int_equal(al_policy_set(p, "cap", "1.5", &err), 0);
     assert_int_equal(start(p), 40);
@@ -239,7 +239,7 @@ static void test_autoloco_cap(void **state) {
  * 12  4 56 2.0  1      1      0.636349  grow, capped               80 */
 static void test_autoloco_defaults(void **state) {
     (void)state;
-    al_policy *p = make("autoloco", (const char *[]){"h_base", "40", NULL});
+    al_policy *p = make("coherence", (const char *[]){"h_base", "40", NULL});
     assert_int_equal(start(p), 40);
     const int m[] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1, 4, 4};
     const double loss[] = {3.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.6, 2.5, 2.4, 2.3, 2.2, 2.1, 2.0};
@@ -262,7 +262,7 @@ static void test_autoloco_defaults(void **state) {
  * accumulates (snr = H/40: c = 2/3 at H = 80, ρ = 0.75) gives c_ref = 0.5. */
 static void test_autoloco_normalized(void **state) {
     (void)state;
-    al_policy *p = make("autoloco", (const char *[]){"h_base", "40", NULL});
+    al_policy *p = make("coherence", (const char *[]){"h_base", "40", NULL});
     start(p);
     next(p, rs(0, 4, 3.0, 0.625, 0.25, 80));
     assert_true(fabs(state_of(p, "signal") - 1.0 / 3.0) < 1e-15);
@@ -280,7 +280,7 @@ static void test_autoloco_normalized(void **state) {
  *  r3 η 0.25, c 0.5, grow: hc 78.125, H = 78 */
 static void test_autoloco_lr_power(void **state) {
     (void)state;
-    al_policy *p = make("autoloco", exact_auto);
+    al_policy *p = make("coherence", exact_auto);
     al_err err = {0};
     assert_int_equal(al_policy_set(p, "lr_power", "2", &err), 0);
     assert_int_equal(start(p), 40);
@@ -324,11 +324,11 @@ static void test_comm_floor(void **state) {
     al_policy_free(p);
 
     /* off by default: the same statistics leave every policy alone */
-    const char *names[] = {"fixed", "adacomm", "qsr", "autoloco"};
-    for (size_t i = 0; i < 4; i++) {
-        al_policy *a = make(names[i], (const char *const[]){"h_base", "100", NULL});
-        al_policy *b = make(
-            names[i], (const char *const[]){"h_base", "100", "max_comm_fraction", "0.5", NULL});
+    for (size_t i = 0; i < al_policy_count(); i++) {
+        const char *name = al_policy_name_at(i);
+        al_policy *a = make(name, (const char *const[]){"h_base", "100", NULL});
+        al_policy *b =
+            make(name, (const char *const[]){"h_base", "100", "max_comm_fraction", "0.5", NULL});
         start(a);
         start(b);
         assert_double_near(al_policy_comm_floor(a, &s), 0, 0);
@@ -353,14 +353,86 @@ static void test_comm_floor_refused(void **state) {
     al_policy_free(p);
 }
 
+/* Statistics with a chosen between-site variance V = M/(M−1)·(mean‖Δ^m‖² −
+ * ‖Δ̄‖²) for M = 4: mean‖Δ^m‖² = 1 + 0.75·V, ‖Δ̄‖² = 1 (exact for these V). */
+static al_round_stats drs(int64_t round, int m, double loss, double v, int64_t steps) {
+    al_round_stats s = rs(round, m, loss, 1, 1e-3, steps);
+    s.delta_sq_mean = 1 + 0.75 * v;
+    s.mean_delta_sq = 1;
+    return s;
+}
+
+/* autoloco (the drift rule, policies/drift.c), no smoothing (ema 0), power ½,
+ * h_base 40, floor 1, cap 4 (H in [40, 160]), spike 0.125, shrink 0.5.
+ * D = V/H, H_next = 40·sqrt(D_max/D):
+ *   r  H    loss  V     D        D_max   rule                         H_next
+ *   0  40   4.0   1     1/40     1/40    first measurement             40
+ *   1  40   3.8   4     1/10     1/10    D rising (warmup): h_base     40
+ *   2  40   3.6   1     1/40     1/10    40·sqrt(4) = 80               80
+ *   3  80   3.4   1     1/80     1/10    40·sqrt(8) = 113.137          113
+ *   4  113  3.3   0.5   1/226    1/10    40·sqrt(22.6) = 190 → cap     160
+ *   5  160  3.8   0.25  1/640    1/10    loss +15% > 12.5%: spike,
+ *                                        min(40·sqrt(64), 0.5·160)     80
+ *   6  80   3.7   —     —        1/10    M = 1: nothing measured, hold 80
+ *   7  80   3.6   8     1/10     1/10    back at the largest drift     40 */
+static void test_autoloco_drift_hand(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", (const char *const[]){"h_base", "40", "ema", "0", "cap", "4",
+                                                          "spike", "0.125", "shrink", "0.5", NULL});
+    assert_int_equal(start(p), 40);
+    const struct {
+        int m;
+        double loss, v;
+        int64_t steps, want;
+    } t[] = {{4, 4.0, 1, 40, 40},  {4, 3.8, 4, 40, 40},     {4, 3.6, 1, 40, 80},
+             {4, 3.4, 1, 80, 113}, {4, 3.3, 0.5, 113, 160}, {4, 3.8, 0.25, 160, 80},
+             {1, 3.7, 0, 80, 80},  {4, 3.6, 8, 80, 40}};
+    for (size_t i = 0; i < AL_ARRAY_LEN(t); i++) {
+        int64_t h = next(p, drs((int64_t)i, t[i].m, t[i].loss, t[i].v, t[i].steps));
+        if (h != t[i].want)
+            fail_msg("round %zu: H = %lld, expected %lld", i, (long long)h, (long long)t[i].want);
+    }
+    assert_double_near(state_of(p, "d"), 0.1, 1e-15);
+    al_policy_free(p);
+
+    /* the EMA is geometric: ema ½ after D = 1/10 then 1/40 holds D̄ = 1/20, so
+     * H = 40·sqrt(2) = 56.57 → 57 */
+    p = make("autoloco", (const char *const[]){"h_base", "40", NULL});
+    start(p);
+    assert_int_equal(next(p, drs(0, 4, 3.0, 4, 40)), 40);
+    assert_int_equal(next(p, drs(1, 4, 3.0, 1, 40)), 57);
+    assert_double_near(exp(state_of(p, "log_d")), 1.0 / 20, 1e-15);
+    al_policy_free(p);
+}
+
+/* Settings of the drift rule: out of range, not numbers, floor above cap. */
+static void test_autoloco_drift_settings(void **state) {
+    (void)state;
+    al_policy *p = make("autoloco", NULL);
+    al_err err = {0};
+    int64_t h;
+    assert_int_equal(al_policy_set(p, "power", "x", &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "'power'"));
+    assert_int_equal(al_policy_set(p, "power", "3", &err), AL_ECONFIG); /* above 2 */
+    assert_int_equal(al_policy_set(p, "ema", "1", &err), AL_ECONFIG);   /* would never move */
+    assert_int_equal(al_policy_set(p, "shrink", "0", &err), AL_ECONFIG);
+    assert_int_equal(al_policy_set(p, "grow", "2", &err), AL_ECONFIG); /* the coherence rule's */
+    assert_non_null(strstr(err.msg, "power"));                         /* lists the known keys */
+    assert_int_equal(al_policy_set(p, "floor", "3", &err), 0);
+    assert_int_equal(al_policy_set(p, "cap", "2", &err), 0);
+    assert_int_equal(al_policy_start(p, &h, &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "floor 3 is above cap 2"));
+    al_policy_free(p);
+}
+
 static void test_deterministic_and_resume(void **state) {
     (void)state;
-    const char *names[] = {"fixed", "adacomm", "qsr", "autoloco"};
     al_rng r;
-    for (size_t k = 0; k < 4; k++) {
-        al_policy *a = make(names[k], (const char *[]){"h_base", "40", NULL});
-        al_policy *b = make(names[k], (const char *[]){"h_base", "40", NULL});
-        al_policy *c = make(names[k], (const char *[]){"h_base", "40", NULL});
+    for (size_t k = 0; k < al_policy_count(); k++) {
+        const char *name = al_policy_name_at(k);
+        al_policy *a = make(name, (const char *[]){"h_base", "40", NULL});
+        al_policy *b = make(name, (const char *[]){"h_base", "40", NULL});
+        al_policy *c = make(name, (const char *[]){"h_base", "40", NULL});
         assert_int_equal(start(a), start(b));
         al_rng_seed(&r, 21 + k);
         char saved[1024];
@@ -392,7 +464,6 @@ static void test_deterministic_and_resume(void **state) {
 /* NaN or Inf in any statistic: AL_ENUMERIC naming it, the state byte-identical. */
 static void test_refuses_nonfinite(void **state) {
     (void)state;
-    const char *names[] = {"fixed", "adacomm", "qsr", "autoloco"};
     const size_t offs[] = {
         offsetof(al_round_stats, loss),          offsetof(al_round_stats, grad_norm),
         offsetof(al_round_stats, delta_sq_mean), offsetof(al_round_stats, mean_delta_sq),
@@ -400,8 +471,8 @@ static void test_refuses_nonfinite(void **state) {
         offsetof(al_round_stats, lr_last),       offsetof(al_round_stats, compute_s)};
     const char *fields[] = {"loss",   "grad_norm", "delta_sq_mean", "mean_delta_sq",
                             "lr_sum", "lr_sq_sum", "lr_last",       "compute_s"};
-    for (size_t k = 0; k < 4; k++) {
-        al_policy *p = make(names[k], (const char *[]){"h_base", "40", NULL});
+    for (size_t k = 0; k < al_policy_count(); k++) {
+        al_policy *p = make(al_policy_name_at(k), (const char *[]){"h_base", "40", NULL});
         start(p);
         for (int i = 0; i < 3; i++) next(p, rs(i, 4, 3.0 - 0.1 * i, 0.7, 1e-3, 40));
         char before[1024], after[1024];
@@ -435,7 +506,7 @@ static void test_settings(void **state) {
     al_policy *p;
     al_err err = {0};
     int64_t h;
-    assert_int_equal(al_policy_create(&p, "autoloco", &err), 0);
+    assert_int_equal(al_policy_create(&p, "coherence", &err), 0);
     assert_int_equal(al_policy_set(p, "gorw", "1.5", &err), AL_ECONFIG);
     assert_non_null(strstr(err.msg, "'gorw'"));
     assert_non_null(strstr(err.msg, "grow")); /* lists the known keys */
@@ -456,7 +527,7 @@ static void test_settings(void **state) {
     assert_int_equal(al_policy_set(p, "grow", "1.5", &err), AL_ECONFIG); /* started */
     char buf[512];
     size_t need = al_policy_settings(p, buf, sizeof buf);
-    assert_true(need < sizeof buf && strstr(buf, "name=autoloco\n") == buf);
+    assert_true(need < sizeof buf && strstr(buf, "name=coherence\n") == buf);
     assert_non_null(strstr(buf, "\nh_min=5\n"));
     assert_non_null(strstr(buf, "\nh_max=160\n"));         /* resolved: 8·20 */
     assert_int_equal(al_policy_settings(p, buf, 8), need); /* truncation reports the need */
@@ -509,6 +580,8 @@ int main(void) {
         cmocka_unit_test(test_autoloco_lr_power),
         cmocka_unit_test(test_autoloco_floor),
         cmocka_unit_test(test_autoloco_cap),
+        cmocka_unit_test(test_autoloco_drift_hand),
+        cmocka_unit_test(test_autoloco_drift_settings),
         cmocka_unit_test(test_comm_floor),
         cmocka_unit_test(test_comm_floor_refused),
         cmocka_unit_test(test_deterministic_and_resume),
