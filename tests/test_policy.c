@@ -144,7 +144,7 @@ static void test_qsr(void **state) {
 
 /* autoloco with exact settings: h_base 40 (h_min 10, h_max 320), grow 1.25,
  * shrink 0.75, ema 0.5, warmup 1, c_min 0.25, drop 0.25, spike 0.125, no
- * normalisation, c_low 0 (no collapse test; test_autoloco_defaults has it). M = 4, c = (4ρ − 1)/3:
+ * normalisation, c_low 0 (no collapse test; test_coherence_defaults has it). M = 4, c = (4ρ − 1)/3:
  * ρ 0.625 → c 0.5; ρ 0.4375 → 0.25; ρ 1 → 1; ρ 0.25 → 0. r  loss c     rule hc            H   EMA
  * after 0  3.0  0.5   warmup: hold                            40            40  0.5 1  2.9  0.5 0.5
  * ≥ 0.5·0.75, ≥ c_min: grow           50            50  0.5 2  2.8  0.5 grow 62.5          63  0.5
@@ -174,7 +174,7 @@ static al_round_stats a_stats(int r) {
     return rs(r, r == 13 ? 1 : 4, a_loss[r], a_rho[r], 0.25, a_want[r > 0 ? r - 1 : 0]);
 }
 
-static void test_autoloco_hand(void **state) {
+static void test_coherence_hand(void **state) {
     (void)state;
     al_policy *p = make("coherence", exact_auto);
     assert_int_equal(start(p), 40);
@@ -191,10 +191,10 @@ static void test_autoloco_hand(void **state) {
     al_policy_free(p);
 }
 
-/* floor 1 (the default): the same decisions as test_autoloco_hand, but hc
+/* floor 1 (the default): the same decisions as test_coherence_hand, but hc
  * never goes below h_base = 40 (r4: 35.16 → 40; r6: spike 37.5 → 40; r13:
  * 62.5 rounds half away from zero to 63). */
-static void test_autoloco_floor(void **state) {
+static void test_coherence_floor(void **state) {
     (void)state;
     al_policy *p = make("coherence", exact_auto);
     al_err err = {0};
@@ -207,7 +207,7 @@ static void test_autoloco_floor(void **state) {
 
 /* cap 1.5: growth stops at 1.5·h_base = 60 (r2: 62.5 → 60), shrinks from there
  * (r3: 45, r4: 33.75 → 34). */
-static void test_autoloco_cap(void **state) {
+static void test_coherence_cap(void **state) {
     (void)state;
     al_policy *p = make("coherence", exact_auto);
     al_err err = {0};
@@ -237,7 +237,7 @@ static void test_autoloco_cap(void **state) {
  * 10  1 40 2.2  —      —      0.257856  M = 1: grow                80
  * 11  4 80 2.1  1      1      0.480499  EMA still < c_low: shrink  56
  * 12  4 56 2.0  1      1      0.636349  grow, capped               80 */
-static void test_autoloco_defaults(void **state) {
+static void test_coherence_defaults(void **state) {
     (void)state;
     al_policy *p = make("coherence", (const char *[]){"h_base", "40", NULL});
     assert_int_equal(start(p), 40);
@@ -260,7 +260,7 @@ static void test_autoloco_defaults(void **state) {
  * Ση² = 5), snr = 1 is referred to 40 steps: snr_ref = 0.5, c_ref = 1/3.
  * Over 40 steps c_ref = c = 0.5. A c that rises with H only because the signal
  * accumulates (snr = H/40: c = 2/3 at H = 80, ρ = 0.75) gives c_ref = 0.5. */
-static void test_autoloco_normalized(void **state) {
+static void test_coherence_normalized(void **state) {
     (void)state;
     al_policy *p = make("coherence", (const char *[]){"h_base", "40", NULL});
     start(p);
@@ -278,7 +278,7 @@ static void test_autoloco_normalized(void **state) {
  *  r1 η 0.125, c 0.5, grow: hc 50, H = 50·(0.25/0.125)² = 200
  *  r2 η 0: H = h_max 320 (hc still moves: grow to 62.5)
  *  r3 η 0.25, c 0.5, grow: hc 78.125, H = 78 */
-static void test_autoloco_lr_power(void **state) {
+static void test_coherence_lr_power(void **state) {
     (void)state;
     al_policy *p = make("coherence", exact_auto);
     al_err err = {0};
@@ -574,12 +574,12 @@ int main(void) {
         cmocka_unit_test(test_fixed),
         cmocka_unit_test(test_adacomm),
         cmocka_unit_test(test_qsr),
-        cmocka_unit_test(test_autoloco_hand),
-        cmocka_unit_test(test_autoloco_defaults),
-        cmocka_unit_test(test_autoloco_normalized),
-        cmocka_unit_test(test_autoloco_lr_power),
-        cmocka_unit_test(test_autoloco_floor),
-        cmocka_unit_test(test_autoloco_cap),
+        cmocka_unit_test(test_coherence_hand),
+        cmocka_unit_test(test_coherence_defaults),
+        cmocka_unit_test(test_coherence_normalized),
+        cmocka_unit_test(test_coherence_lr_power),
+        cmocka_unit_test(test_coherence_floor),
+        cmocka_unit_test(test_coherence_cap),
         cmocka_unit_test(test_autoloco_drift_hand),
         cmocka_unit_test(test_autoloco_drift_settings),
         cmocka_unit_test(test_comm_floor),
