@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AL_POLICIES(X) X(fixed) X(adacomm) X(qsr) X(autoloco) X(coherence)
+#define AL_POLICIES(X) X(fixed) X(adacomm) X(qsr) X(autoloco) X(coherence) X(schedule)
 
 static const al_policy_ops *const registry[] = {
 #define AL_POLICY_REF(n) &al_policy_##n,

@@ -54,6 +54,6 @@ struct al_policy {
 
 /* The registered policies (policies.c). */
 extern const al_policy_ops al_policy_fixed, al_policy_adacomm, al_policy_qsr, al_policy_autoloco,
-    al_policy_coherence;
+    al_policy_coherence, al_policy_schedule;
 
 #endif

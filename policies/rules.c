@@ -33,6 +33,45 @@ const al_policy_ops al_policy_fixed = {.name = "fixed",
                                        .start = fixed_start,
                                        .next = fixed_next};
 
+/* ---- schedule: H = h1 until inner step `at`, then h2 -------------------------------------
+ * A two-phase hand schedule (post-local SGD's shape, or its reverse): for
+ * experiments on where syncs are worth most, and for users who know. The
+ * switch happens at the first round boundary at or after inner step `at`. */
+
+enum { SCH_H1 = P_OWN, SCH_H2, SCH_AT };
+enum { SCH_S_STEP = S_OWN };
+static const al_pparam sched_params[] = {
+    {"h1", AL_P_INT, 0, 0, 1e9, "the interval before step `at` (0: h_base)"},
+    {"h2", AL_P_INT, 0, 0, 1e9, "the interval from step `at` on (0: h_base)"},
+    {"at", AL_P_INT, 0, 0, 1e12, "the inner step of the switch"},
+};
+static const char *const sched_state[] = {"step"};
+
+static double sched_h(const al_policy *p, double step) {
+    double h = step < p->par[SCH_AT] ? p->par[SCH_H1] : p->par[SCH_H2];
+    return h > 0 ? h : p->h_base;
+}
+static int sched_start(al_policy *p, double *h, al_err *err) {
+    (void)err;
+    p->st[SCH_S_STEP] = 0;
+    *h = sched_h(p, 0);
+    return 0;
+}
+static int sched_next(al_policy *p, const al_round_stats *s, double *h, al_err *err) {
+    (void)err;
+    p->st[SCH_S_STEP] += (double)s->steps;
+    *h = sched_h(p, p->st[SCH_S_STEP]);
+    return 0;
+}
+
+const al_policy_ops al_policy_schedule = {.name = "schedule",
+                                          .params = sched_params,
+                                          .n_params = (int)AL_ARRAY_LEN(sched_params),
+                                          .state = sched_state,
+                                          .n_state = (int)AL_ARRAY_LEN(sched_state),
+                                          .start = sched_start,
+                                          .next = sched_next};
+
 /* ---- adacomm: H = ⌈sqrt(L_r/L_0 · η_0/η_r) · H_base⌉ ----------------------------------
  * Wang & Joshi (arXiv 1810.08313): communicate rarely while the loss is high
  * (far from the optimum, local models drift in the same direction) and more

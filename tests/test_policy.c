@@ -66,10 +66,10 @@ static double state_of(const al_policy *p, const char *key) {
 
 static void test_registry(void **state) {
     (void)state;
-    const char *want[] = {"fixed", "adacomm", "qsr", "autoloco", "coherence"};
-    assert_int_equal(al_policy_count(), 5);
-    for (size_t i = 0; i < 5; i++) assert_string_equal(al_policy_name_at(i), want[i]);
-    assert_null(al_policy_name_at(5));
+    const char *want[] = {"fixed", "adacomm", "qsr", "autoloco", "coherence", "schedule"};
+    assert_int_equal(al_policy_count(), 6);
+    for (size_t i = 0; i < 6; i++) assert_string_equal(al_policy_name_at(i), want[i]);
+    assert_null(al_policy_name_at(6));
     al_policy *p;
     al_err err = {0};
     assert_int_equal(al_policy_create(&p, "diloco", &err), AL_ENOTFOUND);
@@ -425,6 +425,27 @@ static void test_autoloco_drift_settings(void **state) {
     al_policy_free(p);
 }
 
+/* schedule: h1 = 30 until inner step 100, then h2 = 70; the switch at the first
+ * round boundary at or after step 100: rounds end at 30, 60, 90, 120 → H 30,
+ * 30, 30, 30, 70 (120 >= 100), then 70. h1 = 0 means h_base. */
+static void test_schedule(void **state) {
+    (void)state;
+    al_policy *p = make("schedule", (const char *const[]){"h_base", "40", "h1", "30", "h2", "70",
+                                                          "at", "100", NULL});
+    assert_int_equal(start(p), 30);
+    int64_t steps = 30, want[] = {30, 30, 30, 70, 70};
+    for (int i = 0; i < 5; i++) {
+        int64_t h = next(p, rs(i, 2, 3.0, 0.5, 1e-3, steps));
+        assert_int_equal(h, want[i]);
+        steps = h;
+    }
+    al_policy_free(p);
+    p = make("schedule", (const char *const[]){"h_base", "40", "h2", "70", "at", "40", NULL});
+    assert_int_equal(start(p), 40);
+    assert_int_equal(next(p, rs(0, 2, 3.0, 0.5, 1e-3, 40)), 70);
+    al_policy_free(p);
+}
+
 static void test_deterministic_and_resume(void **state) {
     (void)state;
     al_rng r;
@@ -582,6 +603,7 @@ int main(void) {
         cmocka_unit_test(test_coherence_cap),
         cmocka_unit_test(test_autoloco_drift_hand),
         cmocka_unit_test(test_autoloco_drift_settings),
+        cmocka_unit_test(test_schedule),
         cmocka_unit_test(test_comm_floor),
         cmocka_unit_test(test_comm_floor_refused),
         cmocka_unit_test(test_deterministic_and_resume),
