@@ -50,7 +50,7 @@ static const al_pparam drift_params[] = {
     {"spike", AL_P_REAL, 0.02, 0, 10, "relative rise of the loss that counts as a spike"},
     {"shrink", AL_P_REAL, 0.7, 0.01, 1, "after a loss spike, H_next <= shrink*H"},
     {"floor", AL_P_REAL, 1, 0, 1e6, "smallest H as a multiple of h_base (0: h_min only)"},
-    {"cap", AL_P_REAL, 8, 0, 1e6, "largest H as a multiple of h_base (0: h_max only)"},
+    {"cap", AL_P_REAL, 2, 0, 1e6, "largest H as a multiple of h_base (0: h_max only)"},
 };
 /* n: rounds with a measured D; ld: log D̄; ldmax: log D_max; prev: the last
  * round's loss; d: the last round's D_r (for logs; −1: none) */
