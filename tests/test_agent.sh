@@ -13,20 +13,8 @@
 #      for an unlisted site, a corrupt checkpoint, another preset's checkpoint.
 # Every wait is bounded (timeout); nothing is left running. AL_TEST_DEADLINE
 # sets the agents' round deadline (default 5 s; the sanitizer run uses more).
-set -u
-bin=${1:?usage: test_agent.sh path/to/autoloco}
-bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
-tmp=$(mktemp -d /tmp/al-test-agent.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-pass=0
-fail=0
-ok() { echo "ok: $*"; pass=$((pass + 1)); }
-no() { echo "FAIL: $*"; fail=$((fail + 1)); }
+. "$(dirname "$0")/shell_lib.sh"
+al_test_start test-agent "${1:-}"
 
 cd "$tmp" || exit 1
 mkdir in
@@ -315,5 +303,4 @@ else
 fi
 expect_err "checkpoint of preset 'demo'" -- "$bin" agent -c r1/a.ini --resume $ck --set round.deadline_s=1
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+al_test_end

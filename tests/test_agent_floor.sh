@@ -7,20 +7,8 @@
 # the floor the measured exchange and step times imply; both sites run the
 # same H history and end with the same theta. A control run without the floor
 # over the same proxies keeps H = 4.
-set -u
-bin=${1:?usage: test_agent_floor.sh path/to/autoloco}
-bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
-tmp=$(mktemp -d /tmp/al-test-floor.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-pass=0
-fail=0
-ok() { echo "ok: $*"; pass=$((pass + 1)); }
-no() { echo "FAIL: $*"; fail=$((fail + 1)); }
+. "$(dirname "$0")/shell_lib.sh"
+al_test_start test-floor "${1:-}"
 
 cd "$tmp" || exit 1
 mkdir in
@@ -150,5 +138,4 @@ else
     no "the control run failed: $(grep -h error control/*.log | head -3)"
 fi
 
-echo "$pass passed, $fail failed"
-[[ $fail -eq 0 ]]
+al_test_end

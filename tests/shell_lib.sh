@@ -1,0 +1,26 @@
+# shell_lib.sh -- the common start of the shell tests that run agents, sourced:
+#   . "$(dirname "$0")/shell_lib.sh"; al_test_start NAME "$1"
+# sets bin (the autoloco binary, absolute), tmp (a fresh folder under /tmp,
+# removed at exit), pids (processes killed at exit: append yours), and the
+# counters behind ok/no; the caller ends with al_test_end.
+al_test_start() {
+    set -u
+    bin=${2:?usage: $1.sh path/to/autoloco}
+    bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+    tmp=$(mktemp -d "/tmp/al-$1.XXXXXX")
+    pids=()
+    trap al_test_cleanup EXIT
+    pass=0
+    fail=0
+}
+al_test_cleanup() {
+    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+no() { echo "FAIL: $*"; fail=$((fail + 1)); }
+# the closing line meson's log and the CI read; the exit status says it all
+al_test_end() {
+    echo "$pass passed, $fail failed"
+    [[ $fail -eq 0 ]]
+}
