@@ -486,6 +486,28 @@ static void test_state_pull(void **state) {
     al_client_free(c);
 }
 
+/* al_cert_site on the run's own certificates (the CN, confirmed by the DNS
+ * SAN al_certs_create writes) and on input that is not a certificate; the
+ * forged cases (a NUL in the CN, two CNs, a SAN that contradicts the CN) are in
+ * test_transport_interop.py, which can build such certificates. */
+static void test_cert_site(void **state) {
+    (void)state;
+    al_err err = {0};
+    char site[AL_SITE_MAX + 1] = "";
+    FILE *f = fopen(P(F.dir, "mallory.pem"), "r");
+    assert_non_null(f);
+    char pem[8192];
+    size_t n = fread(pem, 1, sizeof pem, f);
+    fclose(f);
+    assert_int_equal(al_cert_site(pem, n, site, &err), 0);
+    assert_string_equal(site, "mallory");
+    strcpy(site, "unchanged");
+    assert_int_equal(al_cert_site("not a certificate", 17, site, &err), AL_EPERM);
+    assert_non_null(strstr(err.msg, "does not parse"));
+    assert_string_equal(site, "unchanged");
+    assert_int_equal(al_cert_site(pem, n / 2, site, &err), AL_EPERM); /* cut short */
+}
+
 static void test_keys_and_certs(void **state) {
     (void)state;
     al_err err = {0};
@@ -549,7 +571,8 @@ int main(void) {
         cmocka_unit_test(test_hello_and_ping),    cmocka_unit_test(test_push_shard),
         cmocka_unit_test(test_identity_refusals), cmocka_unit_test(test_message_refusals),
         cmocka_unit_test(test_resume_and_rounds), cmocka_unit_test(test_state_pull),
-        cmocka_unit_test(test_keys_and_certs),    cmocka_unit_test(test_insecure),
+        cmocka_unit_test(test_cert_site),         cmocka_unit_test(test_keys_and_certs),
+        cmocka_unit_test(test_insecure),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

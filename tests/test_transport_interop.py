@@ -238,6 +238,8 @@ def exercise(pb, certs, other, target, srv):
           f"{code.name}: {details}")
     mal.close()
 
+    identity_cases(pb, certs, target, handshake)
+
     # meanwhile the server kept serving: a heartbeat and a second good shard
     hb = ping(pb.Heartbeat(schema=1, site="b", round=10, epoch=2), timeout=20)
     check("heartbeat answered after the refusals", hb.site == "a" and hb.sent_unix_ms > 0)
@@ -246,6 +248,71 @@ def exercise(pb, certs, other, target, srv):
     got = srv.stdout.readline().split()
     check("and assembled", got[:4] == ["SHARD", "b", "2", str(len(small))], " ".join(got))
     ch.close()
+
+
+def forge(certs, out, name, cns, dns):
+    """A certificate signed by the run's CA (so TLS accepts it) whose subject
+    holds the CNs `cns` (raw strings, NUL bytes allowed) and DNS SANs `dns`,
+    written as out/name.pem and out/name.key. None when `cryptography` is
+    missing (Debian's python3-cryptography)."""
+    try:
+        import datetime
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+    except ImportError:
+        return None
+    ca_cert = x509.load_pem_x509_certificate(read(os.path.join(certs, "ca.pem")))
+    ca_key = serialization.load_pem_private_key(read(os.path.join(certs, "ca.key")), None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "autoloco")] +
+                        [x509.NameAttribute(NameOID.COMMON_NAME, cn) for cn in cns])
+    now = datetime.datetime.utcnow()
+    b = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
+         .public_key(key.public_key()).serial_number(x509.random_serial_number())
+         .not_valid_before(now - datetime.timedelta(hours=1))
+         .not_valid_after(now + datetime.timedelta(days=1))
+         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH,
+                                               x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]),
+                        critical=False))
+    if dns:
+        b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]),
+                            critical=False)
+    cert = b.sign(ca_key, hashes.SHA256())
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.pem"), "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(os.path.join(out, f"{name}.key"), "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return name
+
+
+def identity_cases(pb, certs, target, handshake):
+    """Issue 17: the site is the certificate's single CN, compared with its
+    length, confirmed by a DNS SAN when there are any; ambiguity is refused."""
+    out = os.path.join(os.path.dirname(certs), "forged")
+    cases = [("a certificate made here for b (control)", "ok", ["b"], ["b"], grpc.StatusCode.OK, ""),
+             ("CN 'b\\0evil' claiming b", "nul", ["b\x00evil"], [], grpc.StatusCode.PERMISSION_DENIED,
+              "NUL"),
+             ("two CNs, b and c, claiming b", "two", ["b", "c"], [], grpc.StatusCode.PERMISSION_DENIED,
+              "2 CNs"),
+             ("CN b whose only DNS SAN is c", "san", ["b"], ["c"], grpc.StatusCode.PERMISSION_DENIED,
+              "no DNS name")]
+    for what, name, cns, dns, want, words in cases:
+        if not forge(certs, out, name, cns, dns):
+            check(f"{what}: cannot forge a certificate (python3-cryptography missing)", False)
+            return
+        ch = channel(certs, out, name, target)
+        f = ch.unary_unary("/autoloco.v1.Site/Hello",
+                           request_serializer=pb.Handshake.SerializeToString,
+                           response_deserializer=pb.HandshakeReply.FromString)
+        code, details = code_of(lambda: f(handshake("b"), timeout=10))
+        check(f"{what} -> {want.name}", code == want and words in details,
+              f"{code.name}: {details}")
+        ch.close()
 
 
 if __name__ == "__main__":

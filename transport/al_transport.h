@@ -69,6 +69,14 @@ enum { AL_STATE_THETA = 1, AL_STATE_MOMENTUM = 2, AL_STATE_META = 3 };
 /* A valid site name: 1..64 of [A-Za-z0-9._-]. */
 int al_site_name_ok(const char *s);
 
+/* The site a peer's certificate (PEM, len bytes) names: its subject's single
+ * CN, which must be a valid site name with no embedded NUL (compared with its
+ * length, not as a C string), and, if the certificate has DNS subject
+ * alternative names, one of them. Anything else — no CN, two CNs, a NUL, a CN
+ * that no DNS SAN confirms, an unparsable certificate — is refused:
+ * AL_EPERM with the reason in err, *site untouched. */
+int al_cert_site(const char *pem, size_t len, char site[AL_SITE_MAX + 1], al_err *err);
+
 /* ---- what the messages carry, as plain C ---------------------------------------- */
 
 typedef struct al_hello {

@@ -164,3 +164,49 @@ int al_certs_create(const char *dir, const char *const *sites, size_t nsites, in
     EVP_PKEY_free(ca_key);
     return rc;
 }
+
+/* ---- a peer's identity ------------------------------------------------------------------ */
+
+int al_cert_site(const char *pem, size_t len, char site[AL_SITE_MAX + 1], al_err *err) {
+    BIO *bio = BIO_new_mem_buf(pem, (int)len);
+    X509 *x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
+    BIO_free(bio);
+    if (!x) return al_errf(err, AL_EPERM, "identity: the peer's certificate does not parse");
+    X509_NAME *subj = X509_get_subject_name(x);
+    int rc = 0, at = X509_NAME_get_index_by_NID(subj, NID_commonName, -1), n = 0;
+    for (int i = at; i >= 0; i = X509_NAME_get_index_by_NID(subj, NID_commonName, i)) n++;
+    unsigned char *cn = NULL;
+    int cn_len = -1;
+    if (n != 1) {
+        rc = al_errf(err, AL_EPERM, "identity: the certificate has %d CNs, not one", n);
+    } else {
+        ASN1_STRING *d = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, at));
+        cn_len = d ? ASN1_STRING_to_UTF8(&cn, d) : -1;
+        if (cn_len < 0)
+            rc = al_errf(err, AL_EPERM, "identity: the certificate's CN does not decode");
+        else if ((size_t)cn_len != strnlen((const char *)cn, (size_t)cn_len))
+            rc = al_errf(err, AL_EPERM, "identity: the certificate's CN holds a NUL byte");
+        else if (!al_site_name_ok((const char *)cn))
+            rc = al_errf(err, AL_EPERM, "identity: the certificate's CN '%.64s' is not a site name",
+                         (const char *)cn);
+    }
+    GENERAL_NAMES *sans = rc ? NULL : X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+    if (sans) { /* DNS names present: one must be the CN, byte for byte */
+        int dns = 0, match = 0;
+        for (int i = 0; i < sk_GENERAL_NAME_num(sans); i++) {
+            const GENERAL_NAME *g = sk_GENERAL_NAME_value(sans, i);
+            if (g->type != GEN_DNS) continue;
+            dns++;
+            const ASN1_IA5STRING *v = g->d.dNSName;
+            match |= v->length == cn_len && memcmp(v->data, cn, (size_t)cn_len) == 0;
+        }
+        if (dns > 0 && !match)
+            rc = al_errf(err, AL_EPERM, "identity: no DNS name of the certificate is its CN '%s'",
+                         (const char *)cn);
+        GENERAL_NAMES_free(sans);
+    }
+    if (rc == 0) snprintf(site, AL_SITE_MAX + 1, "%s", (const char *)cn);
+    OPENSSL_free(cn);
+    X509_free(x);
+    return rc;
+}

@@ -75,6 +75,7 @@ typedef struct call_ctx {
     peer_bytes *peer;      /* who the certificate says it is (NULL until known) */
     uint64_t unattributed; /* bytes read before the peer was known */
     char cn[AL_SITE_MAX + 1];
+    char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
 } call_ctx;
 
 static void logf_(const al_server *s, al_log_level lvl, const char *fmt, ...)
@@ -181,17 +182,19 @@ static peer_bytes *find_peer(al_server *s, const char *site) {
     return NULL;
 }
 
-/* The certificate's CN, once per call. */
+/* The site the peer's certificate names (al_cert_site), once per call; if it
+ * names none unambiguously, c->cn stays empty and c->cn_why says why. */
 static void read_cn(call_ctx *c) {
     grpc_auth_context *ctx = grpc_call_auth_context(c->call);
     if (!ctx) return;
     grpc_auth_property_iterator it =
-        grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_CN_PROPERTY_NAME);
+        grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_PEM_CERT_PROPERTY_NAME);
     const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
-    if (p && p->value_length <= AL_SITE_MAX) {
-        memcpy(c->cn, p->value, p->value_length);
-        c->cn[p->value_length] = '\0';
-    }
+    al_err e = {0};
+    if (!p)
+        snprintf(c->cn_why, sizeof c->cn_why, "identity: no peer certificate");
+    else if (al_cert_site(p->value, p->value_length, c->cn, &e))
+        snprintf(c->cn_why, sizeof c->cn_why, "%.190s", e.msg);
     grpc_auth_context_release(ctx);
 }
 
@@ -199,9 +202,14 @@ static void read_cn(call_ctx *c) {
  * and only if the site is one of our peers. */
 static int check_identity(call_ctx *c, const char *site, char *why, size_t n) {
     al_server *s = c->w->srv;
+    if (!s->cfg.insecure && !c->cn[0]) {
+        snprintf(why, n, "site: message claims '%.64s' but %s", site,
+                 c->cn_why[0] ? c->cn_why : "the certificate names no site");
+        return AL_ST_PERMISSION_DENIED;
+    }
     if (!s->cfg.insecure && strcmp(c->cn, site)) {
         snprintf(why, n, "site: message claims '%.64s' but the certificate is for '%.64s'", site,
-                 c->cn[0] ? c->cn : "(no CN)");
+                 c->cn);
         return AL_ST_PERMISSION_DENIED;
     }
     peer_bytes *p = find_peer(s, site);

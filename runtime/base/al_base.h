@@ -34,7 +34,8 @@ extern "C" { /* kernels.cu (C++) includes this header */
     X(AL_ENUMERIC, -9, "numerical error (NaN or Inf)")                                             \
     X(AL_EUNSUPPORTED, -10, "unsupported")                                                         \
     X(AL_EPEER, -11, "peer failure")                                                               \
-    X(AL_ETIMEOUT, -12, "timed out")
+    X(AL_ETIMEOUT, -12, "timed out")                                                               \
+    X(AL_EPERM, -13, "not permitted")
 
 enum {
 #define AL_ERR_ENUM(name, val, desc) name = val,
