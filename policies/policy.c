@@ -62,10 +62,14 @@ int al_policy_create(al_policy **out, const char *name, al_err *err) {
     const al_policy_ops *ops = NULL;
     for (size_t i = 0; i < AL_ARRAY_LEN(registry); i++)
         if (name && !strcmp(name, registry[i]->name)) ops = registry[i];
-    if (!ops)
-        return al_errf(err, AL_ENOTFOUND,
-                       "policy: unknown policy '%s' (known: fixed, adacomm, qsr, autoloco)",
-                       name ? name : "(null)");
+    if (!ops) {
+        char known[256] = "";
+        for (size_t i = 0; i < AL_ARRAY_LEN(registry); i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                     registry[i]->name);
+        return al_errf(err, AL_ENOTFOUND, "policy: unknown policy '%s' (known: %s)",
+                       name ? name : "(null)", known);
+    }
     al_policy *p = calloc(1, sizeof *p);
     if (!p) return al_errf(err, AL_ENOMEM, "policy: out of memory");
     p->ops = ops;

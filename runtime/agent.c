@@ -448,12 +448,14 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     al_log_init(&a->log, AL_LOG_INFO, stderr);
     a->cfg = c;
     memset(a->joining, 0xff, sizeof a->joining); /* -1 */
-    a->fault_interval = a->fault_stats = -1;
+    a->fault_interval = a->fault_stats = a->fault_badstats = a->fault_badtokens = -1;
     a->stop = &g_agent_stop;
     const char *fault = getenv("AL_FAULT");
     if (fault && !strncmp(fault, "interval:", 9)) a->fault_interval = atol(fault + 9);
     if (fault && !strncmp(fault, "stats:", 6)) a->fault_stats = atol(fault + 6);
     if (fault && !strncmp(fault, "publish:", 8)) a->fault_publish_ms = atol(fault + 8);
+    if (fault && !strncmp(fault, "badstats:", 9)) a->fault_badstats = atol(fault + 9);
+    if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);

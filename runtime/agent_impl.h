@@ -120,6 +120,9 @@ typedef struct agent {
     long fault_interval, fault_stats;
     long fault_publish_ms;       /* AL_FAULT=publish:MS: sleep between a commit and its
                                   * snapshot's publication (widens that window for tests) */
+    long fault_badstats;         /* AL_FAULT=badstats:R / badtokens:R: send round R's */
+    long fault_badtokens;        /* statistics with one inner step too many / with
+                                  * tokens 2^64-1 (a lying peer) */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
 } agent;
 

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +121,8 @@ static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
         d->grad_norm = s->grad_norm;
         d->delta_sq = s->delta_sq_norm;
         d->lr_sum = s->inner_lr_sum;
-        d->tokens = (int64_t)s->tokens;
+        d->tokens =
+            s->tokens > (uint64_t)INT64_MAX ? -1 : (int64_t)s->tokens; /* -1: refused later */
         d->compute_s = s->compute_s;
         d->comm_s = s->comm_s;
         a->have_stats[p][id] = (int)s->round + 1; /* which round, +1 so 0 means none */
@@ -511,6 +513,33 @@ static void shard_range(size_t P, int M, int k, size_t *lo, size_t *hi) {
 
 /* Send our statistics; a peer that is momentarily a round behind (it is still
  * joining) answers FAILED_PRECONDITION: try again until the round deadline. */
+/* A peer's statistics fit this round: valid on their own (finite, in range),
+ * and the same interval as ours (steps and the schedule's lr sum), so that
+ * combining them cannot fail. Otherwise the peer is left out of the round,
+ * with why. */
+static int stats_fit(const al_site_stats *mine, const al_site_stats *theirs, char *why, size_t n) {
+    al_err e = {0};
+    if (theirs->tokens < 0) { /* the wire's uint64 above INT64_MAX, see hk_stats */
+        snprintf(why, n, "its statistics say %s tokens, out of range", "2^63 or more");
+        return 0;
+    }
+    if (al_site_stats_check(theirs, &e)) {
+        snprintf(why, n, "%.250s", e.msg);
+        return 0;
+    }
+    if (theirs->steps != mine->steps) {
+        snprintf(why, n, "its statistics say %lld inner steps, this site ran %lld",
+                 (long long)theirs->steps, (long long)mine->steps);
+        return 0;
+    }
+    if (fabs(theirs->lr_sum - mine->lr_sum) > 1e-9 * fmax(fabs(mine->lr_sum), 1e-300)) {
+        snprintf(why, n, "its lr sum %.17g differs from this site's %.17g", theirs->lr_sum,
+                 mine->lr_sum);
+        return 0;
+    }
+    return 1;
+}
+
 static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err *err);
 static int push_stats(agent *a, const al_site_stats *mine, int peer, al_err *err) {
     double end = al_now() + a->cfg->round_deadline_s;
@@ -537,6 +566,8 @@ static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err
     s.comm_s = mine->comm_s;
     s.tokens = (uint64_t)mine->tokens;
     s.steps = (uint32_t)mine->steps;
+    if (a->round == a->fault_badstats) s.steps += 1; /* test hooks: a peer that lies */
+    if (a->round == a->fault_badtokens) s.tokens = UINT64_MAX;
     return al_client_push_stats(a->cli[peer], &s, err);
 }
 
@@ -762,11 +793,19 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
             stats[M] = *mine;
             stats[M++].site = i;
         } else if (expect[i] && a->have_stats[p][i] == a->round + 1) {
-            members[M] = i;
-            stats[M] = a->stats[p][i];
+            al_site_stats st = a->stats[p][i];
             /* the schedule's scalars are the same everywhere; the wire carries S_r */
-            stats[M].lr_sq_sum = mine->lr_sq_sum;
-            stats[M++].lr_last = mine->lr_last;
+            st.lr_sq_sum = mine->lr_sq_sum;
+            st.lr_last = mine->lr_last;
+            char why[300];
+            if (!stats_fit(mine, &st, why, sizeof why)) {
+                al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out: %s", a->round, a->name[i],
+                        why);
+                al_metrics_event(&a->met, "drop", a->name[i], a->round, a->step);
+                continue;
+            }
+            members[M] = i;
+            stats[M++] = st;
         } else if (expect[i]) {
             al_logf(&a->log, AL_LOG_WARN,
                     "round %ld: no statistics from %s within %.0f s, "

@@ -171,6 +171,31 @@ for fault in interval stats; do
     fi
 done
 
+# ---- 2d. a peer that lies in its statistics (issue 17) -----------------------------
+# c sends round 2's statistics with one inner step too many, or with tokens
+# 2^64-1: a and b leave it out of that round, say why, and finish together.
+for lie in "badstats:11 inner steps, this site ran 10" "badtokens:2^63 or more tokens, out of range"; do
+    fault=${lie%%:*} why=${lie#*:}
+    dir=r2d-$fault
+    PORTS=($(port) $(port) $(port))
+    for s in a b c; do conf $dir $s "a b c"; done
+    start $dir a
+    start $dir b
+    AL_FAULT=$fault:2 start $dir c
+    rc=0
+    await "$PID_a" 400 || rc=1
+    await "$PID_b" 400 || rc=1
+    await "$PID_c" 120 >/dev/null # it trains on alone; only its end matters here
+    ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json)
+    if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] &&
+        grep -qF "round 2: leaving c out: its statistics say $why" $dir/a.log &&
+        grep -qF "round 2: leaving c out: its statistics say $why" $dir/b.log; then
+        ok "a peer whose statistics say $why is left out with that reason; a and b finish together"
+    else
+        no "lying peer ($fault): rc $rc, hashes $ha $hb: $(grep -h 'leaving\|error' $dir/a.log $dir/b.log | head -3)"
+    fi
+done
+
 # ---- 2c. a connection cut through wanem mid-sync ----------------------------------
 PORTS=($(port) $(port))
 wp=$(port)
