@@ -126,7 +126,14 @@ typedef struct al_odc {
 int al_odc_init(al_odc *e, const al_model_config *cfg, const al_odc_opts *o, const al_tokens *data,
                 al_odc_source_fn src, void *src_ctx, al_err *err);
 void al_odc_free(al_odc *e);
-/* Run `steps` optimizer steps in W forked workers. On failure (a worker died,
+/* Fork the W workers now and keep them for every later al_odc_run (see
+ * al_shm_pool_start): call it before the process starts threads. The
+ * workers see this process's memory as it is now; later changes reach them
+ * only through the segment (parameters, moments) and e->step, which each run
+ * passes on. Without it every al_odc_run forks afresh. */
+int al_odc_start(al_odc *e, al_err *err);
+/* Run `steps` optimizer steps in the W workers (forked for this run, or the
+ * pool's). On failure (a worker died,
  * a barrier timed out, a non-finite loss) the message names the worker. */
 int al_odc_run(al_odc *e, long steps, al_err *err);
 /* Stats of a recorded step (1-based); NULL if it is not in the ring. */

@@ -456,7 +456,10 @@ static void worker_close(worker *k) {
 }
 
 static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {
-    al_odc *e = ctx; /* this process's copy: e->step advances here only */
+    al_odc *e = ctx;                    /* this process's copy: e->step advances here only */
+    const int64_t *job = al_shm_job(s); /* where the parent wants this run to go */
+    e->step = (long)job[0];
+    e->run_until = (long)job[1];
     worker k = {.e = e, .s = s, .w = w, .W = s->W, .L = e->cfg.L, .err = err};
     al_threads_set(e->o.threads);
     int budget = e->o.bal.budget, rc;
@@ -501,8 +504,15 @@ out:
     return rc;
 }
 
+int al_odc_start(al_odc *e, al_err *err) {
+    return al_shm_pool_start(&e->shm, worker_run, e, err);
+}
+
 int al_odc_run(al_odc *e, long steps, al_err *err) {
     e->run_until = e->step + steps;
+    int64_t *job = al_shm_job(&e->shm);
+    job[0] = e->step;
+    job[1] = e->run_until;
     int rc = al_shm_run(&e->shm, worker_run, e, err);
     if (rc) return rc;
     /* The workers advanced their copies of the source; replay it here so the

@@ -508,7 +508,12 @@ static int setup(agent *a, const al_config *c, al_err *err) {
         rc = al_workload_init(&a->wl, a->o.packing == AL_PACK_STREAM ? AL_WL_FIXED : AL_WL_DOCS,
                               &a->train, seq, data_seed, 0, 0, err);
         if (rc == 0) rc = al_odc_init(&a->odc, &a->mc, &eo, &a->train, src_next, a, err);
+        /* the workers are forked here, once, while this process has no other
+         * thread yet (gRPC, HTTP and OpenMP start later) */
+        if (rc == 0) rc = al_odc_start(&a->odc, err);
         if (rc) return rc;
+        al_logf(&a->log, AL_LOG_INFO, "site %s: %d workers forked once (process threads: %d)",
+                c->site_name, a->workers, a->odc.shm.pool_threads);
     }
     /* the outer loop starts from the same initial weights on every site */
     al_outer_cfg oc;

@@ -121,6 +121,10 @@ else
     ha=$(hash_of r1/run-a/summary.json) hb=$(hash_of r1/run-b/summary.json) hc=$(hash_of r1/run-c/summary.json)
     [[ -n $ha && $ha == "$hb" && $ha == "$hc" ]] && ok "3 sites x 2 workers: theta_global hash agrees ($ha)" ||
         no "3x2 hashes differ: $ha $hb $hc"
+    # the workers are forked once, before gRPC, HTTP or OpenMP start a thread
+    n=$(grep -c "2 workers forked once (process threads: 1)" r1/a.log)
+    [[ $n -eq 1 ]] && ok "3x2: workers forked once, from a single-threaded process" ||
+        no "3x2: expected one 'forked once (process threads: 1)' line, got $n: $(grep forked r1/a.log)"
     python3 - r1 2>&1 <<'EOF' && ok "3x2: loss falls; bytes sent by senders = bytes received by receivers" || no "3x2 loss/bytes check"
 import json, sys
 d = sys.argv[1]

@@ -7,12 +7,17 @@
  *    a barrier), one that crashes (it raises SIGABRT), one that returns an
  *    error, and one that never comes to the barrier each end the run with an
  *    error naming that worker, quickly;
+ *  - the pool: workers forked once keep their pids and their memory across
+ *    runs and see the parent's job words; a failed run or a worker killed
+ *    while idle ends the pool with an error naming the worker, and the next
+ *    run forks afresh; idle workers ignore SIGTERM; destroy reaps them;
  *  - stale names: a segment name of a dead creator is removed, one of a live
  *    creator is kept; nothing of ours is left in /dev/shm.
  */
 #include "al_test.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
@@ -198,10 +203,108 @@ static void test_bad_args(void **state) {
     assert_int_equal(count_site("x"), 0);
 }
 
+/* The pool body: every worker counts its runs in its own memory (the ctx
+ * copy it got at the fork), publishes pid and count, and checks that all W
+ * agree on the run number the parent put in job word 0. Job word 1 names a
+ * worker that fails this run (-1: none). */
+typedef struct pool_ctx {
+    long runs; /* this process's count */
+} pool_ctx;
+
+static int body_pool(al_shm *s, int w, void *ctx, al_err *err) {
+    pool_ctx *p = ctx;
+    const int64_t *job = al_shm_job(s);
+    p->runs++;
+    if (job[1] == w) return al_errf(err, AL_EIO, "told to fail in run %lld", (long long)job[0]);
+    al_shm_scalars(s, w)[0] = (double)getpid();
+    al_shm_scalars(s, w)[1] = (double)p->runs;
+    int rc = al_shm_barrier(s, err);
+    if (rc) return rc;
+    for (int c = 0; c < s->W; c++)
+        if (al_shm_scalars(s, c)[1] != (double)job[0])
+            return al_errf(err, AL_EMISMATCH, "worker %d counts %g runs, the parent %lld", c,
+                           al_shm_scalars(s, c)[1], (long long)job[0]);
+    return al_shm_barrier(s, err);
+}
+
+static int gone(pid_t pid) {
+    return kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+static void test_pool(void **state) {
+    (void)state;
+    char site[64];
+    snprintf(site, sizeof site, "test-shm-pool-%d", (int)getpid());
+    const int W = 3;
+    al_shm s;
+    make_shm(&s, site, W, 5.0);
+    pool_ctx p = {0};
+    al_err err = {0};
+    int64_t *job = al_shm_job(&s);
+    assert_int_equal(al_shm_pool_start(&s, body_pool, &p, &err), 0);
+    assert_int_equal(s.pool_threads, 1); /* this test has no other thread */
+    assert_int_equal(al_shm_pool_start(&s, body_pool, &p, &err), AL_EINVAL);
+    pid_t first[AL_SHM_MAX_WORKERS];
+    for (int r = 1; r <= 3; r++) {
+        job[0] = r;
+        job[1] = -1;
+        int rc = al_shm_run(&s, body_pool, &p, &err);
+        if (rc) fail_msg("run %d: %s", r, err.msg);
+        for (int w = 0; w < W; w++) {
+            pid_t pid = (pid_t)al_shm_scalars(&s, w)[0];
+            if (r == 1) first[w] = pid;
+            assert_int_equal(pid, first[w]); /* the same process every run */
+            assert_int_equal(pid, s.pool_pid[w]);
+        }
+    }
+    assert_int_equal(p.runs, 0); /* the parent's copy never ran */
+    /* another body is refused */
+    assert_int_equal(al_shm_run(&s, body_pushget, NULL, &err), AL_EINVAL);
+    /* idle workers ignore SIGTERM (the parent decides when they stop) */
+    kill(first[1], SIGTERM);
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+    job[0] = 4;
+    assert_int_equal(al_shm_run(&s, body_pool, &p, &err), 0);
+    /* a failing run ends the pool: every worker is reaped */
+    job[0] = 5;
+    job[1] = 2;
+    assert_int_equal(al_shm_run(&s, body_pool, &p, &err), AL_EIO);
+    print_message("  failed run: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "worker 2"));
+    assert_non_null(strstr(err.msg, "told to fail"));
+    assert_int_equal(s.pool, 0);
+    for (int w = 0; w < W; w++) assert_true(gone(first[w]));
+    /* after it, runs fork afresh (a new process counts its first run) */
+    job[0] = 1;
+    job[1] = -1;
+    assert_int_equal(al_shm_run(&s, body_pool, &p, &err), 0);
+    /* a worker killed while idle: the next run says which and ends the pool */
+    assert_int_equal(al_shm_pool_start(&s, body_pool, &p, &err), 0);
+    pid_t victim = s.pool_pid[1];
+    kill(victim, SIGKILL);
+    nanosleep(&ts, NULL);
+    double t0 = al_now();
+    assert_int_equal(al_shm_run(&s, body_pool, &p, &err), AL_EPEER);
+    print_message("  idle worker killed: %s after %.2f s\n", err.msg, al_now() - t0);
+    assert_non_null(strstr(err.msg, "worker 1"));
+    assert_non_null(strstr(err.msg, "signal 9"));
+    assert_true(al_now() - t0 < 5.0);
+    assert_int_equal(s.pool, 0);
+    /* destroy stops a running pool */
+    assert_int_equal(al_shm_pool_start(&s, body_pool, &p, &err), 0);
+    pid_t live[AL_SHM_MAX_WORKERS];
+    memcpy(live, s.pool_pid, sizeof live);
+    al_shm_destroy(&s);
+    for (int w = 0; w < W; w++) assert_true(gone(live[w]));
+    assert_int_equal(count_site(site), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_get_barrier),
         cmocka_unit_test(test_liveness),
+        cmocka_unit_test(test_pool),
         cmocka_unit_test(test_stale),
         cmocka_unit_test(test_bad_args),
     };

@@ -12,10 +12,10 @@
  *    into the owners' accumulators. Neither needs the owner to do anything.
  *  - a process-shared barrier that cannot hang: every wait is a timed wait
  *    that wakes up to check an abort flag, and the whole wait is bounded.
- *  - process management with liveness: al_shm_run forks the workers and
- *    watches them. When one dies (signal, crash, error) the parent raises the
- *    abort flag with a message naming it, the others leave their barriers with
- *    AL_EPEER within milliseconds, and al_shm_run returns that message.
+ *  - process management with liveness: al_shm_run forks the workers (or
+ *    wakes the pool forked once by al_shm_pool_start) and watches them. When one dies (signal,
+ * crash, error) the parent raises the abort flag with a message naming it, the others leave their
+ * barriers with AL_EPEER within milliseconds, and al_shm_run returns that message.
  *
  * No segment is ever left in /dev/shm: the name is unlinked right after the
  * parent maps it, before any worker exists (forked children inherit the
@@ -40,6 +40,8 @@
 /* Per-worker scalars an engine may exchange through the control block (e.g.
  * partial gradient norms and losses); read them only after a barrier. */
 #define AL_SHM_NSCALARS 8
+/* Words the parent passes to a run's workers (al_shm_job). */
+#define AL_SHM_NJOB 4
 
 typedef struct al_shm_ctl al_shm_ctl; /* in the segment; layout private to shm.c */
 
@@ -65,11 +67,18 @@ typedef struct al_shm {
     /* this process's transport counters (bytes moved by get and push, and
      * seconds spent waiting in barriers) */
     double bytes_got, bytes_pushed, wait_s;
+    /* the parent's view of the pool (al_shm_pool_start) */
+    int pool;
+    pid_t pool_pid[AL_SHM_MAX_WORKERS];
+    int pool_alive[AL_SHM_MAX_WORKERS];
+    int pool_threads; /* threads of the parent when it forked the pool (0: unknown) */
+    void *pool_ctx;
+    int (*pool_fn)(struct al_shm *s, int w, void *ctx, al_err *err);
 } al_shm;
 
 /* Create, map and unlink a segment (after removing stale ones of this site). */
 int al_shm_create(al_shm *s, const al_shm_opts *o, al_err *err);
-/* Unmap (the parent, once the workers are gone). */
+/* Stop the pool if one runs, then unmap (the parent). */
 void al_shm_destroy(al_shm *s);
 /* Remove /dev/shm entries named AL_SHM_PREFIX SITE.PID.* whose PID no longer
  * runs (site NULL: every site). *removed (may be NULL) counts them. */
@@ -86,6 +95,21 @@ typedef int (*al_shm_worker_fn)(al_shm *s, int w, void *ctx, al_err *err);
  * the worker (e.g. "worker 1 (pid 4242) was killed by signal 9 (Killed)").
  * No worker outlives the call. */
 int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err);
+/* The pool: fork the W workers once, now, and let every later al_shm_run (with
+ * the same fn and ctx) run fn in them instead of forking. Start it before the
+ * process has threads (gRPC, HTTP, OpenMP): a child of a threaded process
+ * inherits locks that other threads held at the fork. The workers keep their
+ * own memory between runs (their copy of ctx as of the fork, plus what the
+ * runs changed); what the parent changes later reaches them only through the
+ * segment and al_shm_job. While idle they ignore SIGINT and SIGTERM (the
+ * parent decides when they stop) and exit when the parent does. A failed run
+ * ends the pool: al_shm_run reaps every worker and later runs fork again. */
+int al_shm_pool_start(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err);
+/* Tell the pool's workers to exit and reap them (SIGKILL after grace_s). */
+void al_shm_pool_stop(al_shm *s);
+/* AL_SHM_NJOB words in the control block: the parent writes them before
+ * al_shm_run, workers read them during the run. */
+int64_t *al_shm_job(al_shm *s);
 
 /* The barrier: returns 0 once all W workers entered it; AL_EPEER if the run
  * is aborting (err names the worker at fault); AL_ETIMEOUT after

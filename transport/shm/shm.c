@@ -42,6 +42,13 @@ struct al_shm_ctl {
     char abort_msg[480];
     pid_t pid[AL_SHM_MAX_WORKERS];
     double scalars[AL_SHM_MAX_WORKERS][AL_SHM_NSCALARS];
+    /* the pool (al_shm_pool_start): the parent bumps `job` to start a run (or,
+     * with `quit` set, to end the workers); each worker adds 1 to `done` when
+     * its body returned 0. Not touched by ctl_reset. */
+    atomic_uint job;
+    atomic_uint done;
+    atomic_int quit;
+    int64_t jobw[AL_SHM_NJOB];
 };
 _Static_assert(sizeof(struct al_shm_ctl) <= CTL_BYTES, "control block too big");
 
@@ -159,6 +166,7 @@ int al_shm_create(al_shm *s, const al_shm_opts *o, al_err *err) {
 }
 
 void al_shm_destroy(al_shm *s) {
+    if (s->me < 0) al_shm_pool_stop(s);
     if (s->base) munmap(s->base, s->size);
     memset(s, 0, sizeof *s);
     s->me = -1;
@@ -283,10 +291,9 @@ void al_shm_push(al_shm *s, float *acc, const float *src, size_t n) {
  * another one failed. */
 enum { WORKER_FAILED = 2, WORKER_PEER = 3 };
 
-static void worker_main(al_shm *s, int w, al_shm_worker_fn fn, void *ctx) {
-    /* die with the parent; if it is already gone, do not start */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != s->parent) _exit(WORKER_PEER);
+/* One run of fn in a worker: the exit status it reports (0, WORKER_FAILED or
+ * WORKER_PEER). */
+static int worker_job(al_shm *s, int w, al_shm_worker_fn fn, void *ctx) {
     s->me = w;
     s->ctl->pid[w] = getpid();
     s->bytes_got = s->bytes_pushed = s->wait_s = 0;
@@ -294,10 +301,41 @@ static void worker_main(al_shm *s, int w, al_shm_worker_fn fn, void *ctx) {
     int rc = fn(s, w, ctx, &e);
     fflush(stdout);
     fflush(stderr);
-    if (rc == 0) _exit(0);
-    if (rc == AL_EPEER && al_shm_aborted(s)) _exit(WORKER_PEER);
+    if (rc == 0) return 0;
+    if (rc == AL_EPEER && al_shm_aborted(s)) return WORKER_PEER;
     al_shm_abort(s, rc, w, "worker %d: %s", w, e.msg[0] ? e.msg : al_strerror(rc));
-    _exit(WORKER_FAILED);
+    return WORKER_FAILED;
+}
+
+static void worker_main(al_shm *s, int w, al_shm_worker_fn fn, void *ctx) {
+    /* die with the parent; if it is already gone, do not start */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != s->parent) _exit(WORKER_PEER);
+    _exit(worker_job(s, w, fn, ctx));
+}
+
+/* A pool worker: sleeps until the parent posts a job (a new value of
+ * ctl->job), runs fn, counts itself done and sleeps again; exits on quit, on
+ * a failed run, or when the parent is gone. `seen` is the job word at fork. */
+static void pool_main(al_shm *s, int w, al_shm_worker_fn fn, void *ctx, unsigned seen) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != s->parent) _exit(WORKER_PEER);
+    /* A terminal's ^C or a group SIGTERM is for the parent to handle (it
+     * finishes the round and stops us with quit); SIGKILL still works. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    al_shm_ctl *c = s->ctl;
+    for (;;) {
+        while (atomic_load(&c->job) == seen) {
+            if (getppid() != s->parent) _exit(WORKER_PEER);
+            futex_wait(&c->job, seen, 0.25);
+        }
+        seen = atomic_load(&c->job);
+        if (atomic_load(&c->quit)) _exit(0);
+        int st = worker_job(s, w, fn, ctx);
+        if (st) _exit(st);
+        atomic_fetch_add(&c->done, 1);
+    }
 }
 
 static void describe_exit(char *out, size_t n, int w, pid_t pid, int st) {
@@ -308,28 +346,14 @@ static void describe_exit(char *out, size_t n, int w, pid_t pid, int st) {
         snprintf(out, n, "worker %d (pid %d) exited with status %d", w, (int)pid, WEXITSTATUS(st));
 }
 
-int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
+/* Watch the workers until every one of them has exited, or (pool) counted
+ * itself done. A worker that ends abnormally aborts the run; the others then
+ * leave their barriers with AL_EPEER and exit; whoever is still there after
+ * grace_s is killed. */
+static void watch(al_shm *s, const pid_t *pids, int *alive, int pool) {
     al_shm_ctl *c = s->ctl;
-    ctl_reset(c, s->W);
-    pid_t pids[AL_SHM_MAX_WORKERS];
-    int alive[AL_SHM_MAX_WORKERS] = {0}, nalive = 0;
-    /* buffered output would otherwise be written once per process */
-    fflush(stdout);
-    fflush(stderr);
-    for (int w = 0; w < s->W; w++) {
-        pid_t pid = fork();
-        if (pid == 0) worker_main(s, w, fn, ctx); /* never returns */
-        if (pid < 0) {
-            al_shm_abort(s, AL_EIO, -1, "fork of worker %d: %s", w, strerror(errno));
-            break;
-        }
-        pids[w] = pid;
-        alive[w] = 1;
-        nalive++;
-    }
-    /* Watch the workers. A worker that ends abnormally aborts the run; the
-     * others then leave their barriers with AL_EPEER and exit; whoever is still
-     * there after grace_s is killed. */
+    int nalive = 0;
+    for (int w = 0; w < s->W; w++) nalive += alive[w];
     double kill_at = 0;
     while (nalive > 0) {
         int reaped = 0;
@@ -342,7 +366,7 @@ int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
             nalive--;
             reaped = 1;
             if (r < 0) continue; /* not our child any more: nothing to learn */
-            if (WIFEXITED(st) && WEXITSTATUS(st) == 0) continue;
+            if (WIFEXITED(st) && WEXITSTATUS(st) == 0 && !pool) continue;
             if (WIFEXITED(st) &&
                 (WEXITSTATUS(st) == WORKER_FAILED || WEXITSTATUS(st) == WORKER_PEER))
                 continue; /* it reported through the control block */
@@ -351,7 +375,15 @@ int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
             al_shm_abort(s, AL_EPEER, w, "%s", why);
         }
         if (nalive == 0) break;
-        if (atomic_load(&c->abort) && kill_at == 0) kill_at = al_now() + s->grace_s;
+        if (pool && !atomic_load(&c->abort) && atomic_load(&c->done) == (unsigned)s->W) break;
+        if (atomic_load(&c->abort) && kill_at == 0) {
+            kill_at = al_now() + s->grace_s;
+            if (pool) { /* the idle ones leave at once */
+                atomic_store(&c->quit, 1);
+                atomic_fetch_add(&c->job, 1);
+                futex_wake_all(&c->job);
+            }
+        }
         if (kill_at > 0 && al_now() > kill_at) {
             for (int w = 0; w < s->W; w++)
                 if (alive[w]) kill(pids[w], SIGKILL);
@@ -359,6 +391,114 @@ int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
         }
         if (!reaped) sleep_s(0.002);
     }
+}
+
+int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
+    al_shm_ctl *c = s->ctl;
+    if (s->pool && (fn != s->pool_fn || ctx != s->pool_ctx))
+        return al_errf(err, AL_EINVAL, "shm: the worker pool runs another body");
+    ctl_reset(c, s->W);
+    /* buffered output would otherwise be written once per process */
+    fflush(stdout);
+    fflush(stderr);
+    if (s->pool) {
+        memcpy(c->pid, s->pool_pid, sizeof c->pid);
+        atomic_store(&c->done, 0);
+        atomic_fetch_add(&c->job, 1);
+        futex_wake_all(&c->job);
+        watch(s, s->pool_pid, s->pool_alive, 1);
+        if (atomic_load(&c->abort)) { /* the pool is gone: reap what is left */
+            al_shm_pool_stop(s);
+            return al_errf(err, c->abort_code ? c->abort_code : AL_EPEER, "%s", c->abort_msg);
+        }
+        return 0;
+    }
+    pid_t pids[AL_SHM_MAX_WORKERS];
+    int alive[AL_SHM_MAX_WORKERS] = {0};
+    for (int w = 0; w < s->W; w++) {
+        pid_t pid = fork();
+        if (pid == 0) worker_main(s, w, fn, ctx); /* never returns */
+        if (pid < 0) {
+            al_shm_abort(s, AL_EIO, -1, "fork of worker %d: %s", w, strerror(errno));
+            break;
+        }
+        pids[w] = pid;
+        alive[w] = 1;
+    }
+    watch(s, pids, alive, 0);
     if (!atomic_load(&c->abort)) return 0;
     return al_errf(err, c->abort_code ? c->abort_code : AL_EPEER, "%s", c->abort_msg);
+}
+
+/* Threads of this process now (/proc/self/stat field 20); 0 if unknown. */
+static int count_threads(void) {
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f) return 0;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    int field = 2, threads = 0;
+    for (; p && *p; p++)
+        if (*p == ' ' && ++field == 20) {
+            threads = atoi(p + 1);
+            break;
+        }
+    return threads;
+}
+
+int al_shm_pool_start(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
+    if (s->pool) return al_errf(err, AL_EINVAL, "shm: the worker pool is already running");
+    s->pool_threads = count_threads();
+    al_shm_ctl *c = s->ctl;
+    ctl_reset(c, s->W);
+    atomic_store(&c->quit, 0);
+    atomic_store(&c->done, 0);
+    unsigned seen = atomic_load(&c->job);
+    fflush(stdout);
+    fflush(stderr);
+    memset(s->pool_alive, 0, sizeof s->pool_alive);
+    for (int w = 0; w < s->W; w++) {
+        pid_t pid = fork();
+        if (pid == 0) pool_main(s, w, fn, ctx, seen); /* never returns */
+        if (pid < 0) {
+            int e = errno;
+            al_shm_pool_stop(s);
+            return al_errf(err, AL_EIO, "fork of worker %d: %s", w, strerror(e));
+        }
+        s->pool_pid[w] = pid;
+        s->pool_alive[w] = 1;
+        s->pool = 1;
+    }
+    s->pool_fn = fn;
+    s->pool_ctx = ctx;
+    return 0;
+}
+
+void al_shm_pool_stop(al_shm *s) {
+    if (!s->pool) return;
+    al_shm_ctl *c = s->ctl;
+    atomic_store(&c->quit, 1);
+    atomic_fetch_add(&c->job, 1);
+    futex_wake_all(&c->job);
+    double kill_at = al_now() + s->grace_s;
+    for (int w = 0; w < s->W; w++) {
+        while (s->pool_alive[w]) {
+            pid_t r = waitpid(s->pool_pid[w], NULL, WNOHANG);
+            if (r == s->pool_pid[w] || (r < 0 && errno != EINTR)) {
+                s->pool_alive[w] = 0;
+                break;
+            }
+            if (al_now() > kill_at) kill(s->pool_pid[w], SIGKILL);
+            sleep_s(0.002);
+        }
+    }
+    s->pool = 0;
+    s->pool_fn = NULL;
+    s->pool_ctx = NULL;
+}
+
+int64_t *al_shm_job(al_shm *s) {
+    return s->ctl->jobw;
 }
