@@ -26,7 +26,7 @@ const char *al_mode_name(al_engine_mode m) {
 }
 
 /* Scalars each worker publishes at minibatch end (al_shm_scalars). */
-enum { SC_SUMSQ, SC_LOSS };
+enum { SC_SUMSQ, SC_LOSS, SC_STOP };
 
 static size_t align16(size_t n) {
     return (n + 15) / 16 * 16;
@@ -379,9 +379,14 @@ static int step(worker *k, al_plan *plan) {
     double clip = o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / norm : 1.0;
     double lr = al_lr_at(o, e->step);
     update_my_slices(k, clip, lr, (int)(e->step + 1));
+    /* worker 0 decides whether the run stops after this step (a signal
+     * reached the parent); everyone reads its decision after the barrier, so
+     * all stop at the same step */
+    if (k->w == 0) sc[SC_STOP] = al_shm_job(s)[AL_SHM_JOB_STOP] != 0;
     /* 3: the new parameters are visible to every get */
     if ((rc = barrier(k))) return rc;
     e->step++;
+    if (al_shm_scalars(s, 0)[SC_STOP] != 0) e->run_until = e->step;
     double wall = al_now() - t0, waited = s->wait_s - wait0;
     al_odc_step_stats *r = &e->rec[(e->step - 1) % e->o.record_steps];
     r->compute_s[k->w] = wall - waited;
@@ -494,6 +499,7 @@ static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {
         rc = step(&k, &plan);
         if (rc == 0 && w == 0 && e->on_step) e->on_step(e->on_step_ctx, al_odc_stats(e, e->step));
     }
+    if (rc == 0 && w == 0) al_shm_job(s)[2] = e->step; /* where the run ended */
     if (rc == 0 && k.sharded) rc = sync_state(&k, 0);
     e->peak_gathered[w] = k.peak;
 out:
@@ -513,8 +519,10 @@ int al_odc_run(al_odc *e, long steps, al_err *err) {
     int64_t *job = al_shm_job(&e->shm);
     job[0] = e->step;
     job[1] = e->run_until;
+    job[2] = e->step;
     int rc = al_shm_run(&e->shm, worker_run, e, err);
     if (rc) return rc;
+    e->run_until = (long)job[2]; /* earlier than asked if e->shm.stop was raised */
     /* The workers advanced their copies of the source; replay it here so the
      * next run continues where they stopped. */
     for (long s = e->step; s < e->run_until && rc == 0; s++) {

@@ -179,6 +179,71 @@ static float *theta_local(agent *a) {
 
 static const char *const EXTRA_FILES[] = {"outer.bin", "agent.json"};
 
+/* The metrics a checkpoint carries so that a resumed run continues them
+ * instead of counting from zero: every counter of the table. */
+static const struct {
+    al_metric_id id;
+    const char *name;
+    int counter;
+} METRIC_NAMES[] = {
+#define AL_M_NAME(id, name, type, help) {AL_M_##id, name, !strcmp(#type, "counter")},
+    AL_METRICS_TABLE(AL_M_NAME)
+#undef AL_M_NAME
+};
+
+/* {"counters": {name: value}, "peers": {site: [sent, recv, busy_s]}} */
+static json_t *counters_json(agent *a) {
+    json_t *cs = json_object(), *ps = json_object();
+    al_metrics *m = &a->met;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < AL_ARRAY_LEN(METRIC_NAMES); i++)
+        if (METRIC_NAMES[i].counter)
+            json_object_set_new(cs, METRIC_NAMES[i].name, json_real(m->v[METRIC_NAMES[i].id]));
+    for (int k = 0; k < m->npeers; k++)
+        json_object_set_new(
+            ps, m->peer[k],
+            json_pack("[f, f, f]", m->peer_sent[k], m->peer_recv[k], m->peer_busy_s[k]));
+    pthread_mutex_unlock(&m->lock);
+    return json_pack("{s:o, s:o}", "counters", cs, "peers", ps);
+}
+
+/* The inverse, on --resume. A checkpoint without them (older versions) leaves
+ * the counters at zero; a malformed value is an error naming it. */
+static int counters_load(agent *a, json_t *j, const char *f, al_err *err) {
+    json_t *cs = json_object_get(j, "counters"), *ps = json_object_get(j, "peers");
+    if (!cs && !ps) {
+        al_logf(&a->log, AL_LOG_WARN,
+                "%s: no counters (older checkpoint): bytes and syncs restart "
+                "from zero",
+                f);
+        return 0;
+    }
+    if (!json_is_object(cs) || !json_is_object(ps))
+        return al_errf(err, AL_EFORMAT, "%s: 'counters' and 'peers' must be objects", f);
+    for (size_t i = 0; i < AL_ARRAY_LEN(METRIC_NAMES); i++) {
+        if (!METRIC_NAMES[i].counter) continue;
+        json_t *v = json_object_get(cs, METRIC_NAMES[i].name);
+        if (!v) continue;
+        double x = json_number_value(v);
+        if (!json_is_number(v) || !(x >= 0) || !isfinite(x))
+            return al_errf(err, AL_EFORMAT, "%s: counter %s: not a finite number >= 0", f,
+                           METRIC_NAMES[i].name);
+        al_metrics_set(&a->met, METRIC_NAMES[i].id, x);
+    }
+    a->recv_base = a->met.v[AL_M_BYTES_RECV];
+    const char *site;
+    json_t *v;
+    json_object_foreach(ps, site, v) {
+        double sent, recv, busy;
+        if (json_unpack(v, "[F, F, F]", &sent, &recv, &busy) != 0 || !(sent >= 0) || !(recv >= 0) ||
+            !(busy >= 0))
+            return al_errf(err, AL_EFORMAT, "%s: peers.%s: not [sent, recv, seconds] >= 0", f,
+                           site);
+        al_metrics_peer(&a->met, site, sent, recv, busy);
+    }
+    return 0;
+}
+
 static int write_extra(void *ctx, int i, const char *path, al_err *err) {
     agent *a = ctx;
     if (i == 0) return al_outer_save(&a->outer, path, err);
@@ -196,6 +261,9 @@ static int write_extra(void *ctx, int i, const char *path, al_err *err) {
         a->bytes_raw, "interval", "steps", (json_int_t)a->iv.steps, "loss_sum", a->iv.loss_sum,
         "gnorm_sum", a->iv.gnorm_sum, "lr_sum", a->iv.lr_sum, "lr_sq_sum", a->iv.lr_sq_sum,
         "lr_last", a->iv.lr_last, "tokens", (json_int_t)a->iv.tokens, "compute_s", a->iv.compute_s);
+    json_t *cj = counters_json(a);
+    if (m && cj) json_object_update(m, cj);
+    json_decref(cj);
     char *js = json_dumps(m, JSON_INDENT(2));
     json_decref(m);
     int rc = js ? al_write_file_sync(path, js, strlen(js), err)
@@ -218,7 +286,7 @@ static int save(agent *a, al_err *err) {
     if (rc == 0) {
         al_logf(&a->log, AL_LOG_INFO, "site %s: saved checkpoint %s (round %ld, step %ld)",
                 a->name[a->self], dir, a->round, a->step);
-        al_metrics_event(&a->met, "checkpoint", a->name[a->self], a->round, a->step);
+        free(al_metrics_event(&a->met, "checkpoint", a->name[a->self], a->round, a->step));
         al_metrics_set(&a->met, AL_M_CKPT_AGE, 0);
     }
     return rc;
@@ -272,6 +340,7 @@ static int load(agent *a, const char *path, al_err *err) {
         for (int k = 0; k < a->nsites; k++)
             if (json_is_string(v) && !strcmp(a->name[k], json_string_value(v))) a->live[k] = 1;
     }
+    if (rc == 0) rc = counters_load(a, m, f, err);
     json_decref(m);
     if (rc == 0 && a->workers > 1) {
         memcpy(a->odc.params, a->tr.model.params, a->P * sizeof(float));
@@ -297,6 +366,13 @@ static void log_event_line(agent *a, const char *line) {
     fputs(line, a->events);
     fputc('\n', a->events);
     fflush(a->events);
+}
+
+void ag_event(agent *a, const char *kind, const char *site) {
+    char *line = al_metrics_event(&a->met, kind, site, a->round, a->step);
+    log_event_line(a, line);
+    free(line);
+    if (!strcmp(kind, "drop")) al_metrics_peer_up(&a->met, site, 0);
 }
 
 static int round_once(agent *a, double *eval, al_err *err) {
@@ -336,8 +412,22 @@ static int round_once(agent *a, double *eval, al_err *err) {
     if ((rc = al_outer_step(&a->outer, a->dbar, s_r, err))) return rc;
     memcpy(theta_local(a), a->outer.theta, a->P * sizeof(float));
     if (a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h;
+    /* membership events, from the change against the last round: a peer in
+     * this round that was out of the last one has (re)joined, one that was in
+     * it and is not now was dropped (unreachable, silent, or its statistics
+     * or shards did not fit; the log line before says which); every member
+     * was seen now */
+    int was[AG_MAX_SITES];
+    memcpy(was, a->live, sizeof was);
     memset(a->live, 0, sizeof a->live);
     for (int j = 0; j < M; j++) a->live[members[j]] = 1;
+    for (int i = 0; i < a->nsites; i++) {
+        if (i == a->self) continue;
+        if (a->live[i] && !was[i]) ag_event(a, a->ever_live[i] ? "rejoin" : "join", a->name[i]);
+        if (!a->live[i] && was[i]) ag_event(a, "drop", a->name[i]);
+        if (a->live[i]) a->ever_live[i] = 1;
+        al_metrics_peer_up(&a->met, a->name[i], a->live[i]);
+    }
     pthread_mutex_lock(&a->mu);
     for (int i = 0; i < a->nsites; i++)
         if (a->joining[i] == a->round) a->joining[i] = -1;
@@ -366,7 +456,7 @@ static int round_once(agent *a, double *eval, al_err *err) {
         recv += (double)srx;
     }
     al_metrics_add(&a->met, AL_M_BYTES_SENT, sent);
-    al_metrics_set(&a->met, AL_M_BYTES_RECV, recv);
+    al_metrics_set(&a->met, AL_M_BYTES_RECV, a->recv_base + recv);
     al_metrics_set(&a->met, AL_M_BYTES_RAW, a->bytes_raw);
     al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
     al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync_bytes(a, M));
@@ -623,7 +713,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
             if (a->workers > 1) a->odc.step = a->step;
             memset(&a->iv, 0, sizeof a->iv);
             ag_set_round(a, a->round);
-            al_metrics_event(&a->met, "join", a->name[a->self], a->round, a->step);
+            ag_event(a, "join", a->name[a->self]);
             rc = ag_publish_state(a, err);
         }
     }

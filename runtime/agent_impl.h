@@ -86,15 +86,17 @@ typedef struct agent {
     al_policy *pol;
     al_codec_cfg codec;
     long round, step, h;
-    int live[AG_MAX_SITES]; /* members of the last committed round */
-    double xchg_s;          /* seconds the last reduce-scatter + all-gather took (0: none yet); sent
-                             * as the next statistics' comm_s for the policies' bandwidth floor */
+    int live[AG_MAX_SITES];      /* members of the last committed round */
+    int ever_live[AG_MAX_SITES]; /* ... of any round this process committed */
+    double xchg_s; /* seconds the last reduce-scatter + all-gather took (0: none yet); sent
+                    * as the next statistics' comm_s for the policies' bandwidth floor */
     long h_hist[4096];
     int nh;
     float *delta, *dbar, *part;
     uint8_t *enc;
     size_t enc_cap;
     double bytes_raw;
+    double recv_base;             /* bytes received before a --resume (the servers count from 0) */
     double peer_tx[AG_MAX_SITES]; /* client bytes counted so far, per peer */
     double tx_retired;            /* bytes of clients replaced by fresh ones */
     double peer_rx[AG_MAX_SITES]; /* server bytes from each peer counted so far */
@@ -143,5 +145,8 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
 void ag_hello(agent *a, al_hello *h);
 /* Start accepting round r (moves the receive window, frees old slots). */
 void ag_set_round(agent *a, long r);
+/* A membership event ("drop", "join", "rejoin") about `site`: into the
+ * metrics (dashboard, /metrics, /api/v1/status) and the event log. */
+void ag_event(agent *a, const char *kind, const char *site);
 
 #endif

@@ -801,7 +801,6 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
             if (!stats_fit(mine, &st, why, sizeof why)) {
                 al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out: %s", a->round, a->name[i],
                         why);
-                al_metrics_event(&a->met, "drop", a->name[i], a->round, a->step);
                 continue;
             }
             members[M] = i;
@@ -811,7 +810,6 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
                     "round %ld: no statistics from %s within %.0f s, "
                     "leaving it out",
                     a->round, a->name[i], a->cfg->round_deadline_s);
-            al_metrics_event(&a->met, "drop", a->name[i], a->round, a->step);
         }
     }
     pthread_mutex_unlock(&a->mu);
@@ -857,7 +855,6 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
             if (drop[members[j]]) {
                 al_logf(&a->log, AL_LOG_WARN, "round %ld: dropping %s and redoing the exchange: %s",
                         a->round, a->name[members[j]], e.msg);
-                al_metrics_event(&a->met, "drop", a->name[members[j]], a->round, a->step);
                 continue;
             }
             members[k] = members[j];

@@ -11,6 +11,8 @@
 
 #include "al_base.h"
 
+#include <signal.h>
+
 #define AL_CLI_USAGE 1 /* positive: usage already printed */
 
 /* X(name, function, one-line summary) -- the table drives dispatch and help. */
@@ -40,14 +42,17 @@ AL_COMMANDS(AL_CMD_DECL)
 AL_BENCHES(AL_CMD_DECL)
 #undef AL_CMD_DECL
 
-/* `autoloco train` with [inner] workers > 1 (runtime/train_workers.c). */
+/* `autoloco train` with [inner] workers > 1 (runtime/train_workers.c). When
+ * *stop becomes nonzero (SIGINT/SIGTERM) the workers stop after their current
+ * step and the parent saves a checkpoint there, as one worker does. */
 struct al_config;
 struct al_model_config;
 struct al_train_opts;
 struct al_tokens;
 int al_train_workers(const struct al_config *c, const struct al_model_config *mc,
                      const struct al_train_opts *o, const struct al_tokens *train,
-                     const struct al_tokens *val, const char *hash, al_err *err);
+                     const struct al_tokens *val, const char *hash, volatile sig_atomic_t *stop,
+                     al_err *err);
 
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */
 int al_cli_int(const char *flag, const char *s, long lo, long hi, long *out, al_err *err);

@@ -77,7 +77,12 @@ typedef struct al_metrics {
     char peer[AL_METRICS_MAX_PEERS][32];
     double peer_sent[AL_METRICS_MAX_PEERS], peer_recv[AL_METRICS_MAX_PEERS];
     double peer_busy_s[AL_METRICS_MAX_PEERS]; /* seconds spent sending to each peer */
-    double bucket[AL_METRICS_BUCKETS];        /* round durations: counts per bucket */
+    double peer_up[AL_METRICS_MAX_PEERS];     /* 1 member, 0 left out, NAN not known yet */
+    double peer_seen[AL_METRICS_MAX_PEERS]; /* unix seconds of its last round with us (0: never) */
+    char event_kind[8][16];                 /* membership / checkpoint events so far, by kind */
+    double event_count[8];
+    int nkinds;
+    double bucket[AL_METRICS_BUCKETS]; /* round durations: counts per bucket */
     double dur_sum, dur_count;
     al_round_record *rounds;
     size_t nrounds, cap;
@@ -92,11 +97,17 @@ void al_metrics_set(al_metrics *m, al_metric_id id, double v);
 void al_metrics_add(al_metrics *m, al_metric_id id, double dv);
 /* Per-peer bytes (peer added on first use); busy_s: seconds the transfer took. */
 void al_metrics_peer(al_metrics *m, const char *peer, double sent, double recv, double busy_s);
+/* A peer's membership as this site sees it: up = 1 (in the round that just
+ * committed; last seen now) or 0 (left out; last seen unchanged). */
+void al_metrics_peer_up(al_metrics *m, const char *peer, int up);
 void al_metrics_round_duration(al_metrics *m, double seconds);
 /* Append a round record (copied). */
 int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err);
-/* Membership or checkpoint event: kind "drop", "join", "checkpoint", ... */
-void al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step);
+/* Membership or checkpoint event: kind "drop", "join", "rejoin",
+ * "checkpoint", ...: kept (the newest 64) for /api/v1/status and /rounds,
+ * counted per kind in /metrics (autoloco_events_total{kind}). Returns the
+ * event as one JSON line (malloc'd; NULL if out of memory) for the event log. */
+char *al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step);
 
 /* Renderings, malloc'd and NUL-terminated (NULL if out of memory). */
 char *al_metrics_prometheus(al_metrics *m);

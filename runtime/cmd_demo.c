@@ -278,7 +278,13 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
                 snprintf(path, sizeof path, "%s/site-%c/events.jsonl", d.dir, 'a' + s);
                 last_line(path, line, sizeof line);
                 json_t *o = json_loads(line, 0, NULL);
-                if (o && json_is_integer(json_object_get(o, "round")))
+                const char *ev = json_string_value(json_object_get(o, "event"));
+                const char *who = json_string_value(json_object_get(o, "site"));
+                if (ev && strcmp(ev, "round") != 0) /* a membership event */
+                    printf("[%5.0fs] site %c: %s of %s at round %lld\n", al_now() - t0, 'a' + s, ev,
+                           who ? who : "?",
+                           (long long)json_integer_value(json_object_get(o, "round")));
+                else if (o && json_is_integer(json_object_get(o, "round")))
                     printf("[%5.0fs] site %c: round %lld, step %lld/%ld, H %lld, loss %.3f\n",
                            al_now() - t0, 'a' + s,
                            (long long)json_integer_value(json_object_get(o, "round")),

@@ -191,7 +191,12 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
             rc = al_errf(err, AL_EUNSUPPORTED, "--resume with more than one worker: not yet");
             goto out;
         }
-        rc = al_train_workers(c, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, r.hash, err);
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        rc =
+            al_train_workers(c, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, r.hash, &g_stop, err);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
         goto out;
     }
     o.backend = r.be;

@@ -3,6 +3,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -54,13 +55,32 @@ void al_metrics_add(al_metrics *m, al_metric_id id, double dv) {
     pthread_mutex_unlock(&m->lock);
 }
 
-void al_metrics_peer(al_metrics *m, const char *peer, double sent, double recv, double busy_s) {
-    pthread_mutex_lock(&m->lock);
+/* The peer's index, added on first use; -1 if the table is full. Locked. */
+static int peer_index(al_metrics *m, const char *peer) {
     int k = 0;
     while (k < m->npeers && strcmp(m->peer[k], peer) != 0) k++;
-    if (k == m->npeers && m->npeers < AL_METRICS_MAX_PEERS)
+    if (k == m->npeers && m->npeers < AL_METRICS_MAX_PEERS) {
         snprintf(m->peer[m->npeers++], sizeof m->peer[0], "%s", peer);
-    if (k < m->npeers) {
+        m->peer_up[k] = NAN;
+        m->peer_seen[k] = 0;
+    }
+    return k < m->npeers ? k : -1;
+}
+
+void al_metrics_peer_up(al_metrics *m, const char *peer, int up) {
+    pthread_mutex_lock(&m->lock);
+    int k = peer_index(m, peer);
+    if (k >= 0) {
+        m->peer_up[k] = up ? 1 : 0;
+        if (up) m->peer_seen[k] = wall_now();
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void al_metrics_peer(al_metrics *m, const char *peer, double sent, double recv, double busy_s) {
+    pthread_mutex_lock(&m->lock);
+    int k = peer_index(m, peer);
+    if (k >= 0) {
         m->peer_sent[k] += sent;
         m->peer_recv[k] += recv;
         m->peer_busy_s[k] += busy_s;
@@ -95,19 +115,25 @@ int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err) {
     return rc;
 }
 
-void al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step) {
+char *al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step) {
     pthread_mutex_lock(&m->lock);
+    int j = 0;
+    while (j < m->nkinds && strcmp(m->event_kind[j], kind) != 0) j++;
+    if (j == m->nkinds && m->nkinds < (int)AL_ARRAY_LEN(m->event_kind))
+        snprintf(m->event_kind[m->nkinds++], sizeof m->event_kind[0], "%s", kind);
+    if (j < m->nkinds) m->event_count[j] += 1;
     if (m->nevents == (int)AL_ARRAY_LEN(m->events)) { /* keep the newest */
         memmove(m->events[0], m->events[1], sizeof m->events - sizeof m->events[0]);
         m->nevents--;
     }
-    json_t *e = json_pack("{s:s, s:s, s:I, s:I, s:f}", "kind", kind, "site", site, "round",
-                          (json_int_t)round, "step", (json_int_t)step, "t", wall_now());
+    json_t *e =
+        json_pack("{s:s, s:s, s:s, s:I, s:I, s:f}", "event", kind, "kind", kind, "site", site,
+                  "round", (json_int_t)round, "step", (json_int_t)step, "t", wall_now());
     char *s = e ? json_dumps(e, JSON_COMPACT) : NULL;
     if (s && strlen(s) < sizeof m->events[0]) memcpy(m->events[m->nevents++], s, strlen(s) + 1);
-    free(s);
     json_decref(e);
     pthread_mutex_unlock(&m->lock);
+    return s;
 }
 
 /* ---- Prometheus text format ---------------------------------------------------------
@@ -181,19 +207,48 @@ char *al_metrics_prometheus(al_metrics *m) {
         sb_printf(&b, "\"} ");
         sb_value(&b, m->v[i]);
     }
-    static const char *const pn[2] = {"autoloco_peer_sent_bytes_total",
-                                      "autoloco_peer_received_bytes_total"};
-    static const char *const ph[2] = {"bytes sent to each peer", "bytes received from each peer"};
-    for (int d = 0; d < 2; d++) {
-        sb_printf(&b, "# HELP %s %s\n# TYPE %s counter\n", pn[d], ph[d], pn[d]);
+    /* per peer: one table, one loop */
+    static const struct {
+        const char *name, *type, *help;
+        size_t off;
+    } PEER[] = {
+        {"autoloco_peer_sent_bytes_total", "counter", "bytes sent to each peer",
+         offsetof(al_metrics, peer_sent)},
+        {"autoloco_peer_received_bytes_total", "counter", "bytes received from each peer",
+         offsetof(al_metrics, peer_recv)},
+        {"autoloco_peer_up", "gauge",
+         "1 if the peer was a member of the last committed round, 0 if it was left out",
+         offsetof(al_metrics, peer_up)},
+        {"autoloco_peer_last_seen_seconds", "gauge",
+         "unix time of the last round the peer committed with this site (0: never)",
+         offsetof(al_metrics, peer_seen)},
+    };
+    for (size_t d = 0; d < AL_ARRAY_LEN(PEER); d++) {
+        const double *x = (const double *)((const char *)m + PEER[d].off);
+        sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n", PEER[d].name, PEER[d].help, PEER[d].name,
+                  PEER[d].type);
         for (int k = 0; k < m->npeers; k++) {
-            sb_printf(&b, "%s{site=\"", pn[d]);
+            if (isnan(x[k])) continue; /* not known yet */
+            sb_printf(&b, "%s{site=\"", PEER[d].name);
             sb_label(&b, m->site);
             sb_printf(&b, "\",peer=\"");
             sb_label(&b, m->peer[k]);
             sb_printf(&b, "\"} ");
-            sb_value(&b, d == 0 ? m->peer_sent[k] : m->peer_recv[k]);
+            sb_value(&b, x[k]);
         }
+    }
+    const char *ev = "autoloco_events_total";
+    sb_printf(&b,
+              "# HELP %s membership and checkpoint events (drop, join, rejoin, checkpoint)\n"
+              "# TYPE %s counter\n",
+              ev, ev);
+    for (int j = 0; j < m->nkinds; j++) {
+        sb_printf(&b, "%s{site=\"", ev);
+        sb_label(&b, m->site);
+        sb_printf(&b, "\",kind=\"");
+        sb_label(&b, m->event_kind[j]);
+        sb_printf(&b, "\"} ");
+        sb_value(&b, m->event_count[j]);
     }
     const char *h = "autoloco_round_duration_seconds";
     sb_printf(&b, "# HELP %s wall-clock duration of an outer round\n# TYPE %s histogram\n", h, h);
@@ -309,10 +364,17 @@ char *al_metrics_status_json(al_metrics *m) {
     json_t *peers = json_array();
     for (int k = 0; k < m->npeers; k++)
         json_array_append_new(
-            peers, json_pack("{s:s, s:f, s:f, s:f}", "peer", m->peer[k], "sent", m->peer_sent[k],
-                             "recv", m->peer_recv[k], "throughput_Bps",
-                             m->peer_busy_s[k] > 0 ? m->peer_sent[k] / m->peer_busy_s[k] : 0.0));
+            peers,
+            json_pack("{s:s, s:f, s:f, s:f, s:o, s:o}", "peer", m->peer[k], "sent", m->peer_sent[k],
+                      "recv", m->peer_recv[k], "throughput_Bps",
+                      m->peer_busy_s[k] > 0 ? m->peer_sent[k] / m->peer_busy_s[k] : 0.0, "up",
+                      isnan(m->peer_up[k]) ? json_null() : json_boolean(m->peer_up[k]), "last_seen",
+                      m->peer_seen[k] > 0 ? json_real(m->peer_seen[k]) : json_null()));
     json_object_set_new(o, "peers", peers);
+    json_t *events = json_array();
+    for (int i = 0; i < m->nevents; i++)
+        json_array_append_new(events, json_loads(m->events[i], 0, NULL));
+    json_object_set_new(o, "events", events);
     pthread_mutex_unlock(&m->lock);
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);

@@ -6,8 +6,11 @@
  * tokens (packing docs) or rows of seq tokens (packing stream). The balancer
  * ([inner] balance; auto = lpt for odc, micro for fsdp) splits them over the
  * workers and packs microbatch rows of at most seq tokens. Worker 0 prints the
- * progress lines. The checkpoint holds parameters and AdamW state (the loader
- * position is not saved for this path yet, so --resume is refused). */
+ * progress lines. On SIGINT/SIGTERM the workers stop after the step they are
+ * in (worker 0 decides, every worker follows at the step's last barrier) and
+ * the parent saves a checkpoint there without evaluating, then returns 0. The
+ * checkpoint holds parameters and AdamW state (the loader position is not
+ * saved for this path yet, so --resume is refused). */
 #include "al_ckpt.h"
 #include "al_cli.h"
 #include "al_config.h"
@@ -57,7 +60,8 @@ static void on_step(void *ctx, const al_odc_step_stats *st) {
 }
 
 int al_train_workers(const al_config *c, const al_model_config *mc, const al_train_opts *o,
-                     const al_tokens *train, const al_tokens *val, const char *hash, al_err *err) {
+                     const al_tokens *train, const al_tokens *val, const char *hash,
+                     volatile sig_atomic_t *stop, al_err *err) {
     al_odc_opts eo;
     memset(&eo, 0, sizeof eo);
     int rc = al_mode_parse(c->inner_mode, &eo.mode, err);
@@ -95,7 +99,10 @@ int al_train_workers(const al_config *c, const al_model_config *mc, const al_tra
            eo.workers, eo.device, al_mode_name(eo.mode), al_balance_name(eo.bal.method), eo.threads,
            mc->preset, e.lay.nparams, src.n, seq, o->steps);
     double t0 = al_now();
+    e.shm.stop = stop;
     if ((rc = al_odc_run(&e, o->steps, err))) goto out_e;
+    int stopped = stop && *stop && e.step < o->steps;
+    if (stopped) printf("signal %d: stopping after step %ld\n", (int)*stop, e.step);
     double secs = al_now() - t0;
     /* the parent: evaluate and checkpoint through a trainer holding the result */
     al_train_opts to = *o;
@@ -108,14 +115,15 @@ int al_train_workers(const al_config *c, const al_model_config *mc, const al_tra
     memcpy(tr.m, e.m, P * sizeof(float));
     memcpy(tr.v, e.v, P * sizeof(float));
     tr.step = e.step;
-    if (val) {
+    if (val && !stopped) {
         double vl;
         if ((rc = al_trainer_eval(&tr, (int)c->inner_eval_batches, &vl, err))) goto out_tr;
         printf("eval  step %6ld | val loss %.4f\n", tr.step, vl);
     }
-    printf("done: %ld steps in %.1f s; peak gathered per worker %.0f bytes of %zu parameter "
-           "bytes\n",
-           e.step, secs, e.peak_gathered[0], P * sizeof(float));
+    if (!stopped)
+        printf("done: %ld steps in %.1f s; peak gathered per worker %.0f bytes of %zu parameter "
+               "bytes\n",
+               e.step, secs, e.peak_gathered[0], P * sizeof(float));
     char dir[4096];
     if ((rc = al_mkdirs(c->checkpoint_dir, err))) goto out_tr;
     rc = al_ckpt_save(c->checkpoint_dir, &tr, hash, (int)c->checkpoint_keep, dir, sizeof dir, err);

@@ -109,7 +109,7 @@ if run floor 0.5; then
         no "H histories differ: a: $ha, b: $hb"
     python3 - floor/run-a/events.jsonl <<'EOF' && ok "rounds under the floor project <= 0.5 of their time to the link" || no "projected fraction above the setting"
 import json, sys
-rs = [json.loads(l) for l in open(sys.argv[1]) if '"round"' in l]
+rs = [r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "round"]
 # what the policy saw (the round's statistics): the last exchange's seconds t_c
 # and the compute seconds of the H steps; its projection for the next interval
 # t_c/(t_c + h_next*t_s) must not exceed f = 0.5 wherever the floor was active

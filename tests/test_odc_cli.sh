@@ -2,7 +2,9 @@
 # test_odc_cli.sh AUTOLOCO -- `autoloco train --workers` and `bench odc` from
 # the command line: both modes train and checkpoint; SIGKILL of one worker
 # process ends the run within seconds with one error line naming the worker
-# and leaves nothing in /dev/shm; bench odc --json ends with the keys the
+# and leaves nothing in /dev/shm; SIGTERM (to the parent, or to the whole
+# process group as a terminal or systemd sends it) stops the workers after one
+# step and saves a checkpoint at that step, exit 0; bench odc --json ends with the keys the
 # results page relies on.
 set -u
 bin=${1:?usage: test_odc_cli.sh path/to/autoloco}
@@ -60,6 +62,30 @@ fi
 kill $watchdog 2>/dev/null
 left=$(ls /dev/shm | grep -c "^autoloco\.train\.$pid\." || true)
 [[ $left -eq 0 ]] || no "$left segment(s) left in /dev/shm"
+
+# SIGTERM: to the parent only, then to the whole process group
+for target in parent group; do
+    ck="$tmp/ck-term-$target"
+    setsid "$bin" train "${common[@]}" --set checkpoint.dir="$ck" --set inner.log_every=1 \
+        --steps 1000000 --workers 2 >"$tmp/out" 2>"$tmp/err" &
+    pid=$!
+    (sleep 60 && kill -KILL -- -$pid $pid 2>/dev/null) >/dev/null 2>&1 &
+    watchdog=$!
+    for _ in $(seq 1 200); do grep -q "^step *5/" "$tmp/out" 2>/dev/null && break; sleep 0.05; done
+    if [[ $target == parent ]]; then kill -TERM $pid; else kill -TERM -- -$pid; fi
+    wait $pid
+    rc=$?
+    kill $watchdog 2>/dev/null
+    at=$(sed -n 's/^signal 15: stopping after step \([0-9]*\)$/\1/p' "$tmp/out")
+    saved=$(ls -d "$ck"/step-* 2>/dev/null | tail -n 1)
+    mstep=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["step"])' \
+        "$saved/manifest.json" 2>/dev/null)
+    if [[ $rc -eq 0 && -n $at && $at -ge 5 && $mstep == "$at" ]] && grep -q "saved checkpoint" "$tmp/out"; then
+        echo "ok: SIGTERM to the $target: stopped after step $at, checkpoint at step $mstep, exit 0"
+    else
+        no "SIGTERM to the $target: exit $rc, stop line '$at', checkpoint step '$mstep': $(tail -n 3 "$tmp/out") $(cat "$tmp/err")"
+    fi
+done
 
 # bench odc on the same tiny data: the JSON keys
 line=$("$bin" bench odc --preset tiny --data "$tmp/data/train.bin" --docs 4 --steps 1 --rounds 1 \

@@ -33,6 +33,7 @@
 
 #include "al_base.h"
 
+#include <signal.h>
 #include <sys/types.h>
 
 #define AL_SHM_MAX_WORKERS 64
@@ -40,8 +41,12 @@
 /* Per-worker scalars an engine may exchange through the control block (e.g.
  * partial gradient norms and losses); read them only after a barrier. */
 #define AL_SHM_NSCALARS 8
-/* Words the parent passes to a run's workers (al_shm_job). */
-#define AL_SHM_NJOB 4
+/* Words the parent passes to a run's workers (al_shm_job). The last one,
+ * AL_SHM_JOB_STOP, is the watcher's: it becomes 1 during a run once
+ * *al_shm.stop is nonzero (a signal reached the parent); an engine may read it
+ * to end the run early at a step all workers agree on. */
+#define AL_SHM_NJOB     4
+#define AL_SHM_JOB_STOP (AL_SHM_NJOB - 1)
 
 typedef struct al_shm_ctl al_shm_ctl; /* in the segment; layout private to shm.c */
 
@@ -64,6 +69,9 @@ typedef struct al_shm {
     size_t data_bytes;
     double barrier_timeout_s, grace_s;
     pid_t parent;
+    /* (parent, may be NULL) a flag a signal handler sets: al_shm_run passes
+     * it on to the workers as job word AL_SHM_JOB_STOP */
+    volatile sig_atomic_t *stop;
     /* this process's transport counters (bytes moved by get and push, and
      * seconds spent waiting in barriers) */
     double bytes_got, bytes_pushed, wait_s;

@@ -375,6 +375,7 @@ static void watch(al_shm *s, const pid_t *pids, int *alive, int pool) {
             al_shm_abort(s, AL_EPEER, w, "%s", why);
         }
         if (nalive == 0) break;
+        if (s->stop && *s->stop && !c->jobw[AL_SHM_JOB_STOP]) c->jobw[AL_SHM_JOB_STOP] = 1;
         if (pool && !atomic_load(&c->abort) && atomic_load(&c->done) == (unsigned)s->W) break;
         if (atomic_load(&c->abort) && kill_at == 0) {
             kill_at = al_now() + s->grace_s;
@@ -398,6 +399,7 @@ int al_shm_run(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
     if (s->pool && (fn != s->pool_fn || ctx != s->pool_ctx))
         return al_errf(err, AL_EINVAL, "shm: the worker pool runs another body");
     ctl_reset(c, s->W);
+    c->jobw[AL_SHM_JOB_STOP] = s->stop && *s->stop;
     /* buffered output would otherwise be written once per process */
     fflush(stdout);
     fflush(stderr);
