@@ -22,14 +22,17 @@ typedef struct al_decoder {
     al_emb_ptrs pe;
     al_layer_ptrs *pl; /* [L] */
     al_final_ptrs pf;
-    int pos;                                  /* positions in the cache */
-    float *mem;                               /* everything below, one allocation */
-    float *kc, *vc;                           /* [L, T, C] each */
-    float *x, *ln, *qkv, *att, *fch, *fcg;    /* one position's activations */
-    float *logits;                            /* [Vp]: the next token's, after a step */
-    float *scores;                            /* [T] */
-    float mean, rstd;                         /* LayerNorm statistics (unused after) */
-    struct al_pick { float l; int i; } *pick; /* [V]: the sampler's scratch */
+    int pos;                               /* positions in the cache */
+    float *mem;                            /* everything below, one allocation */
+    float *kc, *vc;                        /* [L, T, C] each */
+    float *x, *ln, *qkv, *att, *fch, *fcg; /* one position's activations */
+    float *logits;                         /* [Vp]: the next token's, after a step */
+    float *scores;                         /* [T] */
+    float mean, rstd;                      /* LayerNorm statistics (unused after) */
+    struct al_pick {
+        float l;
+        int i;
+    } * pick; /* [V]: the sampler's scratch */
 } al_decoder;
 
 /* params: host, laid out for cfg; the decoder keeps pointers into it. */

@@ -18,8 +18,8 @@ int al_decoder_init(al_decoder *d, const al_model_config *cfg, const float *para
     al_layout lay;
     int rc = al_layout_init(&lay, cfg, err);
     if (rc == 0 && (!d->mem || !d->pl || !d->pick))
-        rc = al_errf(err, AL_ENOMEM, "decoder '%s': out of memory (%zu floats)", cfg->preset,
-                     total);
+        rc =
+            al_errf(err, AL_ENOMEM, "decoder '%s': out of memory (%zu floats)", cfg->preset, total);
     if (rc) {
         al_layout_free(&lay);
         al_decoder_free(d);

@@ -20,6 +20,10 @@
     X("config", al_cmd_config, "validate a site configuration: config check SITE.ini")             \
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
     X("sim", al_cmd_sim, "simulate M sites in one process: outer loop, policies, WAN model")       \
+    X("sample", al_cmd_sample, "generate text from a checkpoint (KV cache): sample --ckpt PATH")   \
+    X("eval", al_cmd_eval, "loss and perplexity of a checkpoint on a token file")                  \
+    X("export", al_cmd_export, "write a checkpoint in Hugging Face GPT-2 layout: --format hf")     \
+    X("import", al_cmd_import, "a Hugging Face GPT-2 folder into a checkpoint: --format hf")       \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport")                              \
     X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \

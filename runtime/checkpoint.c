@@ -316,7 +316,7 @@ int al_theta_parse(const char *s, al_theta *out, al_err *err) {
     return 0;
 }
 
-int al_ckpt_read_params(const char *path, al_theta which, const al_log *log, al_model_config *cfg,
+int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log, al_model_config *cfg,
                         float **params, char *dir_out, size_t cap, al_err *err) {
     char dir[4096], f[4200];
     *params = NULL;
@@ -344,12 +344,13 @@ int al_ckpt_read_params(const char *path, al_theta which, const al_log *log, al_
     }
     snprintf(f, sizeof f, "%s/outer.bin", dir);
     int has_global = access(f, F_OK) == 0;
-    if (which == AL_THETA_GLOBAL && !has_global)
-        rc = al_errf(err, AL_ENOTFOUND, "%s: no theta_global (outer.bin): not an agent's checkpoint",
-                     dir);
+    if (*which == AL_THETA_GLOBAL && !has_global)
+        rc = al_errf(err, AL_ENOTFOUND,
+                     "%s: no theta_global (outer.bin): not an agent's checkpoint", dir);
     float *p = rc ? NULL : malloc(lay.nparams * sizeof(float));
     if (rc == 0 && !p) rc = al_errf(err, AL_ENOMEM, "%s: out of memory", dir);
-    if (rc == 0 && has_global && which != AL_THETA_LOCAL) {
+    if (rc == 0 && has_global && *which != AL_THETA_LOCAL) {
+        *which = AL_THETA_GLOBAL;
         al_outer o = {0};
         rc = al_outer_load(&o, f, NULL, err);
         if (rc == 0 && o.n != lay.nparams)
@@ -358,6 +359,7 @@ int al_ckpt_read_params(const char *path, al_theta which, const al_log *log, al_
         if (rc == 0) memcpy(p, o.theta, lay.nparams * sizeof(float));
         al_outer_free(&o);
     } else if (rc == 0) {
+        *which = AL_THETA_LOCAL;
         const char *pfx[] = {""};
         float *buf[] = {p};
         snprintf(f, sizeof f, "%s/%s", dir, CKPT_FILES[0]);

@@ -34,8 +34,7 @@ typedef struct hf_tensor {
     size_t rows;     /* rows taken from our tensor (V for wte) */
 } hf_tensor;
 
-static int hf_map(const al_model_config *cfg, const al_tensor_info *ti, hf_tensor *h,
-                  al_err *err) {
+static int hf_map(const al_model_config *cfg, const al_tensor_info *ti, hf_tensor *h, al_err *err) {
     memset(h, 0, sizeof *h);
     const char *base = strrchr(ti->name, '.');
     base = base ? base + 1 : ti->name;
@@ -71,14 +70,14 @@ static int write_config(const char *dir, const al_model_config *c, al_err *err) 
         "s:b, s:b, s:s}",
         "architectures", "GPT2LMHeadModel", "model_type", "gpt2", "vocab_size", (json_int_t)c->V,
         "n_positions", (json_int_t)c->T, "n_ctx", (json_int_t)c->T, "n_embd", (json_int_t)c->C,
-        "n_layer", (json_int_t)c->L, "n_head", (json_int_t)c->NH, "n_inner",
-        "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5, "resid_pdrop", 0.0,
-        "embd_pdrop", 0.0, "attn_pdrop", 0.0, "initializer_range", 0.02, "bos_token_id",
-        (json_int_t)(c->V - 1), "eos_token_id", (json_int_t)(c->V - 1), "tie_word_embeddings", 1,
-        "scale_attn_weights", 1, "torch_dtype", "float32");
+        "n_layer", (json_int_t)c->L, "n_head", (json_int_t)c->NH, "n_inner", "activation_function",
+        "gelu_new", "layer_norm_epsilon", 1e-5, "resid_pdrop", 0.0, "embd_pdrop", 0.0, "attn_pdrop",
+        0.0, "initializer_range", 0.02, "bos_token_id", (json_int_t)(c->V - 1), "eos_token_id",
+        (json_int_t)(c->V - 1), "tie_word_embeddings", 1, "scale_attn_weights", 1, "torch_dtype",
+        "float32");
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *js = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    char *js = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(10)) : NULL;
     json_decref(o);
     int rc = js ? al_write_file_sync(path, js, strlen(js), err)
                 : al_errf(err, AL_ENOMEM, "%s: out of memory", path);
@@ -133,8 +132,8 @@ static int read_config(const char *dir, const char *want, al_model_config *cfg, 
     json_t *inner = NULL, *tie = NULL;
     double eps = 1e-5;
     if (json_unpack(o, "{s:s, s:I, s:I, s:I, s:I, s:I, s?s, s?F, s?o, s?o}", "model_type", &type,
-                    "n_layer", &L, "n_embd", &C, "n_head", &NH, "n_positions", &T, "vocab_size",
-                    &V, "activation_function", &act, "layer_norm_epsilon", &eps, "n_inner", &inner,
+                    "n_layer", &L, "n_embd", &C, "n_head", &NH, "n_positions", &T, "vocab_size", &V,
+                    "activation_function", &act, "layer_norm_epsilon", &eps, "n_inner", &inner,
                     "tie_word_embeddings", &tie) != 0)
         rc = al_errf(err, AL_EFORMAT,
                      "%s: needs model_type, n_layer, n_embd, n_head, n_positions and vocab_size",
@@ -143,9 +142,9 @@ static int read_config(const char *dir, const char *want, al_model_config *cfg, 
         rc = al_errf(err, AL_EUNSUPPORTED, "%s: model_type '%s', only 'gpt2' is supported", path,
                      type);
     else if (strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
-        rc = al_errf(err, AL_EUNSUPPORTED,
-                     "%s: activation_function '%s', the model uses tanh GELU (gelu_new)", path,
-                     act);
+        rc =
+            al_errf(err, AL_EUNSUPPORTED,
+                    "%s: activation_function '%s', the model uses tanh GELU (gelu_new)", path, act);
     else if (fabs(eps - 1e-5) > 1e-12)
         rc = al_errf(err, AL_EUNSUPPORTED, "%s: layer_norm_epsilon %g, the model uses 1e-5", path,
                      eps);
@@ -170,8 +169,8 @@ static int read_config(const char *dir, const char *want, al_model_config *cfg, 
                        path, (long long)L, (long long)C, (long long)NH, (long long)T, (long long)V,
                        al_model_preset_names());
     if (want && strcmp(want, cfg->preset) != 0)
-        return al_errf(err, AL_EMISMATCH, "%s: a model of preset '%s', not '%s'", path,
-                       cfg->preset, want);
+        return al_errf(err, AL_EMISMATCH, "%s: a model of preset '%s', not '%s'", path, cfg->preset,
+                       want);
     return 0;
 }
 

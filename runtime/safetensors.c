@@ -10,9 +10,9 @@ int al_st_write(const char *path, const al_st_tensor *t, int n, const char *form
     size_t off = 0;
     for (int k = 0; k < n; k++) {
         size_t numel = (size_t)t[k].shape[0] * (size_t)(t[k].ndim == 2 ? t[k].shape[1] : 1);
-        json_t *shape = t[k].ndim == 1
-                            ? json_pack("[I]", (json_int_t)t[k].shape[0])
-                            : json_pack("[II]", (json_int_t)t[k].shape[0], (json_int_t)t[k].shape[1]);
+        json_t *shape = t[k].ndim == 1 ? json_pack("[I]", (json_int_t)t[k].shape[0])
+                                       : json_pack("[II]", (json_int_t)t[k].shape[0],
+                                                   (json_int_t)t[k].shape[1]);
         json_object_set_new(h, t[k].name,
                             json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
                                       "data_offsets", (json_int_t)off,
