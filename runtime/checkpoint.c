@@ -231,10 +231,10 @@ int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_
     long *steps;
     size_t n;
     int rc = list_steps(path, &steps, &n, err);
-    if (rc) return al_err_prefix(err, "resume");
+    if (rc) return rc;
     if (n == 0) {
         free(steps);
-        return al_errf(err, AL_ENOTFOUND, "resume: no checkpoint (step-*) in %s", path);
+        return al_errf(err, AL_ENOTFOUND, "no checkpoint (step-*) in %s", path);
     }
     for (size_t i = 0; i < n; i++) {
         char dir[4200];
@@ -250,7 +250,7 @@ int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_
         al_logf(log, AL_LOG_WARN, "skipping checkpoint %s: %s", dir, e.msg);
     }
     free(steps);
-    return al_errf(err, AL_EINTEGRITY, "resume: no valid checkpoint in %s", path);
+    return al_errf(err, AL_EINTEGRITY, "no valid checkpoint in %s", path);
 }
 
 int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
@@ -332,6 +332,7 @@ int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log, al
     }
     al_layout lay = {0};
     rc = al_model_preset(cfg, preset, err);
+    if (rc) al_err_prefix(err, "%s/manifest.json", dir);
     if (rc == 0) rc = al_layout_init(&lay, cfg, err);
     if (rc == 0 && (size_t)nparams != lay.nparams)
         rc = al_errf(err, AL_EMISMATCH,
@@ -340,7 +341,7 @@ int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log, al
     json_decref(man);
     if (rc) {
         al_layout_free(&lay);
-        return al_err_prefix(err, "%s", dir);
+        return rc;
     }
     snprintf(f, sizeof f, "%s/outer.bin", dir);
     int has_global = access(f, F_OK) == 0;

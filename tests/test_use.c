@@ -262,8 +262,7 @@ static void test_hf_round_trip(void **state) {
     al_layout lay;
     assert_int_equal(al_layout_init(&lay, &c, &err), 0);
     /* padded vocabulary rows stayed zero through training: what makes it exact */
-    for (size_t i = (size_t)c.V * c.C; i < (size_t)c.Vp * c.C; i++)
-        assert_true(params[i] == 0.0f);
+    for (size_t i = (size_t)c.V * c.C; i < (size_t)c.Vp * c.C; i++) assert_true(params[i] == 0.0f);
     char dir[512];
     snprintf(dir, sizeof dir, "%s/hf", g_tmp);
     assert_int_equal(al_hf_export(dir, &c, params, &err), 0);
@@ -289,7 +288,8 @@ static void test_hf_round_trip(void **state) {
     al_st_tensor wte = {"wte.weight", 2, {c.Vp, c.C}, params};
     assert_int_equal(al_st_write(st, &wte, 1, "pt", &err), 0);
     assert_int_equal(al_hf_import(dir, NULL, &c2, &back, &err), AL_EMISMATCH);
-    assert_non_null(strstr(err.msg, "tensor 'wte.weight' is F32 [320, 32], expected F32 [257, 32]"));
+    assert_non_null(
+        strstr(err.msg, "tensor 'wte.weight' is F32 [320, 32], expected F32 [257, 32]"));
     free(w);
     al_layout_free(&lay);
     free(params);
