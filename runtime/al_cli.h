@@ -53,6 +53,16 @@ int al_train_workers(const struct al_config *c, const struct al_model_config *mc
                      const struct al_train_opts *o, const struct al_tokens *train,
                      const struct al_tokens *val, const char *hash, al_err *err);
 
+/* Generate from a checkpoint as `autoloco sample` does (an empty prompt;
+ * theta_global where present): the continuation as text (bytes, or token ids
+ * for other vocabularies) in *text (malloc'd). For the demo's last word. */
+int al_cli_sample(const char *ckpt, int tokens, double temperature, int top_k, uint64_t seed,
+                  char **text, al_err *err);
+
+/* Make s valid UTF-8 in place, for JSON (a sampled byte sequence may cut a
+ * character: then every byte >= 0x80 becomes '?'); returns s. */
+char *al_cli_utf8(char *s);
+
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */
 int al_cli_int(const char *flag, const char *s, long lo, long hi, long *out, al_err *err);
 int al_cli_double(const char *flag, const char *s, double *out, al_err *err);

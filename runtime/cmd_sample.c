@@ -150,13 +150,82 @@ static int encode(const al_model_config *c, const char *text, int **tok, int *n,
     return 0;
 }
 
-/* A JSON string from bytes that may not be UTF-8 (bytes >= 0x80 become '?'). */
-static json_t *json_text(char *s) {
-    json_t *j = json_string(s);
-    if (j) return j;
-    for (char *p = s; *p; p++)
-        if ((unsigned char)*p >= 0x80) *p = '?';
-    return json_string(s);
+char *al_cli_utf8(char *s) {
+    json_t *j = json_string(s); /* NULL unless valid UTF-8 */
+    if (!j)
+        for (char *p = s; *p; p++)
+            if ((unsigned char)*p >= 0x80) *p = '?';
+    json_decref(j);
+    return s;
+}
+
+/* One generation from a checkpoint: what `sample` prints and the demo shows. */
+typedef struct gen {
+    al_model_config cfg;
+    al_theta theta;
+    char dir[4096];
+    vocab voc;
+    int *ptok, np, *out, nout, eot; /* eot: the last token ended the document */
+    char *ptext, *text;             /* the prompt and the continuation, decoded */
+    double seconds;
+    const char *why; /* why it stopped */
+} gen;
+
+static void gen_free(gen *g) {
+    vocab_free(&g->voc);
+    free(g->ptok);
+    free(g->out);
+    free(g->ptext);
+    free(g->text);
+    memset(g, 0, sizeof *g);
+}
+
+static int gen_run(gen *g, const char *ckpt, al_theta theta, const char *prompt, const char *vpath,
+                   const al_sample_opts *opts, al_err *err) {
+    memset(g, 0, sizeof *g);
+    g->theta = theta;
+    al_log log;
+    al_log_init(&log, AL_LOG_WARN, stderr);
+    float *params = NULL;
+    int rc =
+        al_ckpt_read_params(ckpt, &g->theta, &log, &g->cfg, &params, g->dir, sizeof g->dir, err);
+    if (rc) return rc;
+    al_decoder d = {0};
+    al_sample_opts so = *opts;
+    so.stop = g->cfg.V - 1;
+    if (!(g->out = malloc((size_t)so.max_tokens * sizeof(int))))
+        rc = al_errf(err, AL_ENOMEM, "sample: out of memory");
+    if (rc == 0 && vpath) rc = vocab_load(&g->voc, vpath, g->cfg.V, err);
+    if (rc == 0) rc = encode(&g->cfg, prompt, &g->ptok, &g->np, err);
+    if (rc == 0) rc = al_decoder_init(&d, &g->cfg, params, err);
+    double t0 = al_now();
+    if (rc == 0 && (rc = al_generate(&d, g->ptok, g->np, &so, g->out, &g->nout, err)))
+        al_err_prefix(err, "--prompt");
+    g->seconds = al_now() - t0;
+    al_decoder_free(&d);
+    free(params);
+    if (rc == 0) {
+        g->eot = g->nout > 0 && g->out[g->nout - 1] == so.stop;
+        g->why =
+            g->eot ? "end of document" : (g->nout == so.max_tokens ? "--tokens" : "context full");
+        g->ptext = decode(&g->voc, &g->cfg, g->ptok + 1, g->np - 1);
+        g->text = decode(&g->voc, &g->cfg, g->out, g->nout - g->eot);
+        if (!g->ptext || !g->text) rc = al_errf(err, AL_ENOMEM, "sample: out of memory");
+    }
+    if (rc) gen_free(g);
+    return rc;
+}
+
+int al_cli_sample(const char *ckpt, int tokens, double temperature, int top_k, uint64_t seed,
+                  char **text, al_err *err) {
+    gen g;
+    al_sample_opts so = {tokens, temperature, top_k, seed, -1};
+    int rc = gen_run(&g, ckpt, AL_THETA_AUTO, "", NULL, &so, err);
+    if (rc) return rc;
+    *text = g.text;
+    g.text = NULL;
+    gen_free(&g);
+    return 0;
 }
 
 int al_cmd_sample(int argc, char **argv, al_err *err) {
@@ -220,60 +289,31 @@ int al_cmd_sample(int argc, char **argv, al_err *err) {
     if (optind < argc)
         return al_errf(err, AL_EINVAL, "sample: unexpected argument '%s'", argv[optind]);
     if (!ckpt) return al_errf(err, AL_EINVAL, "sample: --ckpt PATH is required");
-    al_log log;
-    al_log_init(&log, AL_LOG_WARN, stderr);
-    al_model_config cfg;
-    float *params = NULL;
-    char dir[4096];
-    if ((rc = al_ckpt_read_params(ckpt, &theta, &log, &cfg, &params, dir, sizeof dir, err)))
-        return rc;
-    vocab voc = {0};
-    int *ptok = NULL, np = 0, nout = 0;
-    int *out = malloc((size_t)ntok * sizeof(int));
-    al_decoder d = {0};
-    if (!out) rc = al_errf(err, AL_ENOMEM, "sample: out of memory");
-    if (rc == 0 && vpath) rc = vocab_load(&voc, vpath, cfg.V, err);
-    if (rc == 0) rc = encode(&cfg, prompt, &ptok, &np, err);
-    if (rc == 0) rc = al_decoder_init(&d, &cfg, params, err);
-    double t0 = al_now();
-    al_sample_opts so = {(int)ntok, temp, (int)topk, (uint64_t)seed, cfg.V - 1};
-    if (rc == 0 && (rc = al_generate(&d, ptok, np, &so, out, &nout, err)))
-        al_err_prefix(err, "--prompt");
-    double dt = al_now() - t0;
-    if (rc == 0) {
-        int eot = nout > 0 && out[nout - 1] == cfg.V - 1;
-        const char *why = eot ? "end of document" : (nout == ntok ? "--tokens" : "context full");
-        char *ptext = decode(&voc, &cfg, ptok + 1, np - 1);
-        char *text = decode(&voc, &cfg, out, nout - eot);
-        if (json) {
-            json_t *ids = json_array();
-            for (int i = 0; i < nout; i++) json_array_append_new(ids, json_integer(out[i]));
-            json_t *o = json_pack(
-                "{s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:f, s:I}", "checkpoint", dir, "preset",
-                cfg.preset, "theta", theta == AL_THETA_GLOBAL ? "global" : "local", "prompt",
-                json_text(ptext ? ptext : (char[]){""}), "text",
-                json_text(text ? text : (char[]){""}), "tokens", ids, "stop", why, "tokens_per_s",
-                dt > 0 ? (np + nout) / dt : 0.0, "seed", (json_int_t)seed);
-            char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
-            printf("%s\n", js ? js : "{}");
-            free(js);
-            json_decref(o);
-        } else {
-            printf("%s%s%s\n", ptext ? ptext : "", (cfg.V != 257 && !voc.tok && np > 1) ? " " : "",
-                   text ? text : "");
-        }
-        fprintf(stderr,
-                "sample: %s (theta_%s, preset %s): %d prompt + %d new tokens in %.3f s, %.0f "
-                "tokens/s; stopped: %s\n",
-                dir, theta == AL_THETA_GLOBAL ? "global" : "local", cfg.preset, np, nout, dt,
-                dt > 0 ? (np + nout) / dt : 0.0, why);
-        free(ptext);
-        free(text);
+    gen g;
+    al_sample_opts so = {(int)ntok, temp, (int)topk, (uint64_t)seed, -1};
+    if ((rc = gen_run(&g, ckpt, theta, prompt, vpath, &so, err))) return rc;
+    const char *th = g.theta == AL_THETA_GLOBAL ? "global" : "local";
+    double tps = g.seconds > 0 ? (g.np + g.nout) / g.seconds : 0.0;
+    if (json) {
+        json_t *ids = json_array();
+        for (int i = 0; i < g.nout; i++) json_array_append_new(ids, json_integer(g.out[i]));
+        json_t *o =
+            json_pack("{s:s, s:s, s:s, s:o, s:o, s:o, s:s, s:f, s:I}", "checkpoint", g.dir,
+                      "preset", g.cfg.preset, "theta", th, "prompt",
+                      json_string(al_cli_utf8(g.ptext)), "text", json_string(al_cli_utf8(g.text)),
+                      "tokens", ids, "stop", g.why, "tokens_per_s", tps, "seed", (json_int_t)seed);
+        char *js = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        printf("%s\n", js ? js : "{}");
+        free(js);
+        json_decref(o);
+    } else {
+        int ids = g.cfg.V != 257 && !g.voc.tok && g.np > 1;
+        printf("%s%s%s\n", g.ptext, ids ? " " : "", g.text);
     }
-    al_decoder_free(&d);
-    vocab_free(&voc);
-    free(ptok);
-    free(out);
-    free(params);
-    return rc;
+    fprintf(stderr,
+            "sample: %s (theta_%s, preset %s): %d prompt + %d new tokens in %.3f s, %.0f "
+            "tokens/s; stopped: %s\n",
+            g.dir, th, g.cfg.preset, g.np, g.nout, g.seconds, tps, g.why);
+    gen_free(&g);
+    return 0;
 }
