@@ -404,6 +404,7 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
     /* what the model writes now: a short sample from site a's final theta_global */
     char site_a[1200], *text = NULL;
     snprintf(site_a, sizeof site_a, "%s/site-a", d.dir);
+    al_threads_set(1); /* as `autoloco sample` does */
     rc = al_cli_sample(site_a, AL_MIN(160, d.seq - 1), 0.8, 40, 1337, &text, err);
     if (rc == 0) {
         printf("sample from the final theta_global (autoloco sample --ckpt %s --temperature 0.8 "

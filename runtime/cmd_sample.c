@@ -29,6 +29,8 @@ static void sample_usage(FILE *f) {
             "  --theta W          auto|local|global: an agent's checkpoint holds both\n"
             "                     (default auto: theta_global where present)\n"
             "  --vocab FILE       llm.c tokenizer file (gpt2_tokenizer.bin) to print text\n"
+            "  --threads N        kernel threads (default 1: a step is one row, and more\n"
+            "                     threads cost more than they give on small models)\n"
             "  --json             one JSON object instead of the text\n");
 }
 
@@ -229,19 +231,15 @@ int al_cli_sample(const char *ckpt, int tokens, double temperature, int top_k, u
 }
 
 int al_cmd_sample(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {{"ckpt", required_argument, 0, 'c'},
-                                         {"prompt", required_argument, 0, 'p'},
-                                         {"tokens", required_argument, 0, 'n'},
-                                         {"temperature", required_argument, 0, 't'},
-                                         {"top-k", required_argument, 0, 'k'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"theta", required_argument, 0, 'W'},
-                                         {"vocab", required_argument, 0, 'v'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"ckpt", required_argument, 0, 'c'},   {"prompt", required_argument, 0, 'p'},
+        {"tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 't'},
+        {"top-k", required_argument, 0, 'k'},  {"seed", required_argument, 0, 's'},
+        {"theta", required_argument, 0, 'W'},  {"vocab", required_argument, 0, 'v'},
+        {"json", no_argument, 0, 'j'},         {"threads", required_argument, 0, 'T'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     const char *ckpt = NULL, *prompt = "", *vpath = NULL;
-    long ntok = 200, topk = 40, seed = 1337;
+    long ntok = 200, topk = 40, seed = 1337, threads = 1;
     double temp = 1.0;
     al_theta theta = AL_THETA_AUTO;
     int json = 0, ch, rc = 0;
@@ -274,6 +272,9 @@ int al_cmd_sample(int argc, char **argv, al_err *err) {
         case 'v':
             vpath = optarg;
             break;
+        case 'T':
+            rc = al_cli_int("--threads", optarg, 1, 1024, &threads, err);
+            break;
         case 'j':
             json = 1;
             break;
@@ -289,6 +290,7 @@ int al_cmd_sample(int argc, char **argv, al_err *err) {
     if (optind < argc)
         return al_errf(err, AL_EINVAL, "sample: unexpected argument '%s'", argv[optind]);
     if (!ckpt) return al_errf(err, AL_EINVAL, "sample: --ckpt PATH is required");
+    al_threads_set((int)threads);
     gen g;
     al_sample_opts so = {(int)ntok, temp, (int)topk, (uint64_t)seed, -1};
     if ((rc = gen_run(&g, ckpt, theta, prompt, vpath, &so, err))) return rc;
