@@ -243,16 +243,11 @@ static json_t *record_json(const char *site, const al_round_record *r) {
     const struct {
         const char *k;
         double v;
-    } nums[] = {{"bytes_sent", r->bytes_sent},
-                {"bytes_recv", r->bytes_recv},
-                {"bytes_raw", r->bytes_raw},
-                {"bytes_diloco", r->bytes_diloco},
-                {"bytes_ddp", r->bytes_ddp},
-                {"syncs_diloco", r->syncs_diloco},
-                {"compute_s", r->compute_s},
-                {"comm_s", r->comm_s},
-                {"wait_s", r->wait_s},
-                {"outer_lr_scale", r->outer_lr_scale},
+    } nums[] = {{"bytes_sent", r->bytes_sent}, {"bytes_recv", r->bytes_recv},
+                {"bytes_raw", r->bytes_raw},   {"bytes_diloco", r->bytes_diloco},
+                {"bytes_ddp", r->bytes_ddp},   {"syncs_diloco", r->syncs_diloco},
+                {"compute_s", r->compute_s},   {"comm_s", r->comm_s},
+                {"wait_s", r->wait_s},         {"outer_lr_scale", r->outer_lr_scale},
                 {"outer_mu", r->outer_mu}};
     for (size_t i = 0; i < AL_ARRAY_LEN(nums); i++)
         json_object_set_new(o, nums[i].k, num_or_null(nums[i].v));
