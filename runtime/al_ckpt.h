@@ -50,7 +50,7 @@ int al_theta_parse(const char *s, al_theta *out, al_err *err);
  * whose preset comes from the manifest). AUTO: θ_global where there is one,
  * else the model; *which becomes the one read. The folder read goes to dir
  * (may be NULL). */
-int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log,
-                        al_model_config *cfg, float **params, char *dir, size_t cap, al_err *err);
+int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log, al_model_config *cfg,
+                        float **params, char *dir, size_t cap, al_err *err);
 
 #endif
