@@ -66,4 +66,11 @@ int al_trainer_step_batches(al_trainer *tr, const al_batch *mbs, int n, al_step_
  * split holds (all of it but the remainder of one microbatch). */
 int al_trainer_eval(al_trainer *tr, int batches, double *loss, al_err *err);
 
+/* The same evaluation for given parameters (host, layout of cfg) on a token
+ * file: a trainer of o's batch, seq and packing (the rest ignored) whose
+ * validation split is `data`, evaluated over `batches` (<= 0: all of it).
+ * What `autoloco eval` reports for a checkpoint. */
+int al_eval_params(const al_model_config *cfg, const float *params, const al_train_opts *o,
+                   const al_tokens *data, int batches, double *loss, al_err *err);
+
 #endif

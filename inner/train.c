@@ -159,3 +159,14 @@ int al_trainer_eval(al_trainer *tr, int batches, double *loss, al_err *err) {
         return al_errf(err, AL_ENUMERIC, "evaluation loss is %g (not finite)", *loss);
     return 0;
 }
+
+int al_eval_params(const al_model_config *cfg, const float *params, const al_train_opts *o,
+                   const al_tokens *data, int batches, double *loss, al_err *err) {
+    al_trainer tr;
+    int rc = al_trainer_init(&tr, cfg, o, NULL, data, err);
+    if (rc) return rc;
+    rc = al_model_from_host(&tr.model, tr.model.params, params, tr.model.lay.nparams, err);
+    if (rc == 0) rc = al_trainer_eval(&tr, batches, loss, err);
+    al_trainer_free(&tr);
+    return rc;
+}

@@ -461,6 +461,7 @@ static int round_once(agent *a, double *eval, al_err *err) {
     al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
     al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync_bytes(a, M));
     al_metrics_add(&a->met, AL_M_SYNCS, 1);
+    al_metrics_add(&a->met, AL_M_SYNCS_DILOCO, (double)a->iv.steps / a->h_base);
     al_metrics_set(&a->met, AL_M_INNER_STEPS, (double)a->step);
     al_metrics_add(&a->met, AL_M_TOKENS, (double)a->iv.tokens);
     al_metrics_set(&a->met, AL_M_INTERVAL, (double)h_next);
@@ -500,6 +501,7 @@ static int round_once(agent *a, double *eval, al_err *err) {
     rec.bytes_raw = v[AL_M_BYTES_RAW];
     rec.bytes_diloco = v[AL_M_BYTES_DILOCO];
     rec.bytes_ddp = v[AL_M_BYTES_DDP];
+    rec.syncs_diloco = v[AL_M_SYNCS_DILOCO];
     pthread_mutex_unlock(&a->met.lock);
     rec.compute_s = a->iv.compute_s;
     rec.comm_s = t_comm - t_train;
@@ -656,13 +658,14 @@ static void write_summary(agent *a, double eval) {
     json_t *hist = json_array();
     for (int k = 0; k < a->nh; k++) json_array_append_new(hist, json_integer(a->h_hist[k]));
     double *v = a->met.v;
-    json_t *m = json_pack("{s:s, s:I, s:I, s:I, s:s, s:o, s:f, s:f, s:f, s:f, s:f, s:i, s:i}",
-                          "site", a->name[a->self], "rounds", (json_int_t)a->round, "steps",
-                          (json_int_t)a->step, "syncs", (json_int_t)v[AL_M_SYNCS], "theta_hash", hx,
-                          "h_history", hist, "bytes_sent", v[AL_M_BYTES_SENT], "bytes_recv",
-                          v[AL_M_BYTES_RECV], "bytes_raw", v[AL_M_BYTES_RAW], "bytes_diloco_equiv",
-                          v[AL_M_BYTES_DILOCO], "bytes_ddp_equiv", v[AL_M_BYTES_DDP], "workers",
-                          a->workers, "dashboard_port", a->http ? al_http_port(a->http) : 0);
+    json_t *m =
+        json_pack("{s:s, s:I, s:I, s:I, s:f, s:s, s:o, s:f, s:f, s:f, s:f, s:f, s:i, s:i}", "site",
+                  a->name[a->self], "rounds", (json_int_t)a->round, "steps", (json_int_t)a->step,
+                  "syncs", (json_int_t)v[AL_M_SYNCS], "syncs_diloco_equiv", v[AL_M_SYNCS_DILOCO],
+                  "theta_hash", hx, "h_history", hist, "bytes_sent", v[AL_M_BYTES_SENT],
+                  "bytes_recv", v[AL_M_BYTES_RECV], "bytes_raw", v[AL_M_BYTES_RAW],
+                  "bytes_diloco_equiv", v[AL_M_BYTES_DILOCO], "bytes_ddp_equiv", v[AL_M_BYTES_DDP],
+                  "workers", a->workers, "dashboard_port", a->http ? al_http_port(a->http) : 0);
     json_object_set_new(m, "final_eval_loss", isfinite(eval) ? json_real(eval) : json_null());
     char *js = json_dumps(m, JSON_INDENT(2));
     json_decref(m);

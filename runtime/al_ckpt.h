@@ -10,16 +10,8 @@
 #ifndef AL_CKPT_H
 #define AL_CKPT_H
 
+#include "al_safetensors.h"
 #include "al_train.h"
-
-/* Write nparts buffers laid out as `lay` into one safetensors file; tensor
- * names are prefix[i] + table name (e.g. "m.h.0.qkvw"). */
-int al_safetensors_write(const char *path, const al_layout *lay, int nparts,
-                         const char *const *prefix, const float *const *buf, al_err *err);
-/* Read every tensor of every part into buf[i]; each must exist with dtype F32
- * and the table's shape. */
-int al_safetensors_read(const char *path, const al_layout *lay, int nparts,
-                        const char *const *prefix, float *const *buf, al_err *err);
 
 /* Save the trainer under root; keeps the newest `keep` checkpoints (0 = all).
  * The folder written is returned in out_dir (may be NULL). */
@@ -47,5 +39,18 @@ int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_
  * preset. A different config hash is reported on `log` as a warning. */
 int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
                  al_err *err);
+
+/* Which parameters to read: an agent's checkpoint holds θ_local
+ * (model.safetensors) and θ_global (outer.bin); train's only the first. */
+typedef enum { AL_THETA_AUTO, AL_THETA_LOCAL, AL_THETA_GLOBAL } al_theta;
+int al_theta_parse(const char *s, al_theta *out, al_err *err);
+
+/* Resolve `path` (al_ckpt_find), verify the checkpoint, and read its
+ * parameters into a new host buffer (*params, malloc'd, laid out for *cfg,
+ * whose preset comes from the manifest). AUTO: θ_global where there is one,
+ * else the model; *which becomes the one read. The folder read goes to dir
+ * (may be NULL). */
+int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log, al_model_config *cfg,
+                        float **params, char *dir, size_t cap, al_err *err);
 
 #endif

@@ -22,6 +22,10 @@
     X("config", al_cmd_config, "validate a site configuration: config check SITE.ini")             \
     X("train", al_cmd_train, "train a model on one site (CPU workers)")                            \
     X("sim", al_cmd_sim, "simulate M sites in one process: outer loop, policies, WAN model")       \
+    X("sample", al_cmd_sample, "generate text from a checkpoint (KV cache): sample --ckpt PATH")   \
+    X("eval", al_cmd_eval, "loss and perplexity of a checkpoint on a token file")                  \
+    X("export", al_cmd_export, "write a checkpoint in Hugging Face GPT-2 layout: --format hf")     \
+    X("import", al_cmd_import, "a Hugging Face GPT-2 folder into a checkpoint: --format hf")       \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
     X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport")                              \
     X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \
@@ -53,6 +57,16 @@ int al_train_workers(const struct al_config *c, const struct al_model_config *mc
                      const struct al_train_opts *o, const struct al_tokens *train,
                      const struct al_tokens *val, const char *hash, volatile sig_atomic_t *stop,
                      al_err *err);
+
+/* Generate from a checkpoint as `autoloco sample` does (an empty prompt;
+ * theta_global where present): the continuation as text (bytes, or token ids
+ * for other vocabularies) in *text (malloc'd). For the demo's last word. */
+int al_cli_sample(const char *ckpt, int tokens, double temperature, int top_k, uint64_t seed,
+                  char **text, al_err *err);
+
+/* Make s valid UTF-8 in place, for JSON (a sampled byte sequence may cut a
+ * character: then every byte >= 0x80 becomes '?'); returns s. */
+char *al_cli_utf8(char *s);
 
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */
 int al_cli_int(const char *flag, const char *s, long lo, long hi, long *out, al_err *err);

@@ -18,6 +18,8 @@
 /* X(id, name, type, help) */
 #define AL_METRICS_TABLE(X)                                                                        \
     X(SYNCS, "autoloco_syncs_total", counter, "outer synchronisations completed")                  \
+    X(SYNCS_DILOCO, "autoloco_diloco_equivalent_syncs_total", counter,                             \
+      "synchronisations DiLoCo at H_base would have made for the same inner steps")                \
     X(INNER_STEPS, "autoloco_inner_steps_total", counter, "inner optimizer steps of this site")    \
     X(TOKENS, "autoloco_tokens_total", counter, "training tokens processed by this site")          \
     X(INTERVAL, "autoloco_interval_steps", gauge, "current sync interval H (inner steps)")         \
@@ -62,6 +64,7 @@ typedef struct al_round_record {
     char sites[AL_METRICS_MAX_PEERS][32];
     double site_loss[AL_METRICS_MAX_PEERS]; /* every member's train loss */
     double bytes_sent, bytes_recv, bytes_raw, bytes_diloco, bytes_ddp; /* cumulative */
+    double syncs_diloco;                                               /* cumulative */
     double compute_s, comm_s, wait_s;                                  /* this round */
     /* what the policy's bandwidth floor saw (al_policy_comm_floor): the round's
      * statistics' exchange and compute seconds (max over members) and the floor */

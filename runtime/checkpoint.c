@@ -1,5 +1,6 @@
 /* checkpoint.c -- safetensors I/O and atomic checkpoints (see al_ckpt.h). */
 #include "al_ckpt.h"
+#include "al_outer.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,108 +12,6 @@
 
 #define CKPT_FORMAT "autoloco-checkpoint-1"
 static const char *const CKPT_FILES[] = {"model.safetensors", "optim.safetensors"};
-
-/* ---- safetensors --------------------------------------------------------------------
- * u64 little-endian header length, a JSON header {name: {dtype, shape,
- * data_offsets: [begin, end]}} padded with spaces to 8 bytes, then the data. */
-
-int al_safetensors_write(const char *path, const al_layout *lay, int nparts,
-                         const char *const *prefix, const float *const *buf, al_err *err) {
-    json_t *h = json_object();
-    size_t off = 0;
-    for (int k = 0; k < nparts * lay->ntensors; k++) {
-        const al_tensor_info *ti = &lay->tensors[k % lay->ntensors];
-        char name[96];
-        snprintf(name, sizeof name, "%s%s", prefix[k / lay->ntensors], ti->name);
-        json_t *shape = ti->cols == 1
-                            ? json_pack("[I]", (json_int_t)ti->rows)
-                            : json_pack("[II]", (json_int_t)ti->rows, (json_int_t)ti->cols);
-        json_object_set_new(h, name,
-                            json_pack("{s:s, s:o, s:[II]}", "dtype", "F32", "shape", shape,
-                                      "data_offsets", (json_int_t)off,
-                                      (json_int_t)(off + ti->numel * 4)));
-        off += ti->numel * 4;
-    }
-    char *js = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(h);
-    if (!js) return al_errf(err, AL_ENOMEM, "%s: cannot build header", path);
-    size_t hl = strlen(js), padded = (hl + 7) / 8 * 8;
-    size_t total = 8 + padded + off;
-    char *out = malloc(total);
-    if (!out) {
-        free(js);
-        return al_errf(err, AL_ENOMEM, "%s: out of memory (%zu bytes)", path, total);
-    }
-    uint64_t hl64 = padded;
-    memcpy(out, &hl64, 8); /* x86-64 and aarch64 are little-endian */
-    memcpy(out + 8, js, hl);
-    memset(out + 8 + hl, ' ', padded - hl);
-    free(js);
-    char *data = out + 8 + padded;
-    for (int k = 0; k < nparts * lay->ntensors; k++) {
-        const al_tensor_info *ti = &lay->tensors[k % lay->ntensors];
-        memcpy(data, buf[k / lay->ntensors] + ti->offset, ti->numel * 4);
-        data += ti->numel * 4;
-    }
-    int rc = al_write_file_sync(path, out, total, err);
-    free(out);
-    return rc;
-}
-
-int al_safetensors_read(const char *path, const al_layout *lay, int nparts,
-                        const char *const *prefix, float *const *buf, al_err *err) {
-    char *raw;
-    size_t n;
-    int rc = al_read_file(path, &raw, &n, err);
-    if (rc) return rc;
-    uint64_t hl = 0;
-    if (n < 8 || (memcpy(&hl, raw, 8), hl > n - 8)) {
-        free(raw);
-        return al_errf(err, AL_EFORMAT, "%s: truncated safetensors header", path);
-    }
-    json_error_t je;
-    json_t *h = json_loadb(raw + 8, hl, 0, &je);
-    if (!h || !json_is_object(h)) {
-        free(raw);
-        json_decref(h);
-        return al_errf(err, AL_EFORMAT, "%s: bad safetensors header: %s", path, je.text);
-    }
-    const char *data = raw + 8 + hl;
-    size_t dlen = n - 8 - hl;
-    for (int k = 0; k < nparts * lay->ntensors && rc == 0; k++) {
-        const al_tensor_info *ti = &lay->tensors[k % lay->ntensors];
-        char name[96];
-        snprintf(name, sizeof name, "%s%s", prefix[k / lay->ntensors], ti->name);
-        json_t *e = json_object_get(h, name);
-        const char *dtype = NULL;
-        json_t *shape = NULL;
-        json_int_t b = -1, en = -1;
-        if (!e || json_unpack(e, "{s:s, s:o, s:[II]}", "dtype", &dtype, "shape", &shape,
-                              "data_offsets", &b, &en) != 0) {
-            rc = al_errf(err, AL_EFORMAT, "%s: tensor '%s' missing or malformed", path, name);
-            break;
-        }
-        size_t want_dims = ti->cols == 1 ? 1 : 2;
-        int shape_ok = json_is_array(shape) && json_array_size(shape) == want_dims &&
-                       json_integer_value(json_array_get(shape, 0)) == ti->rows &&
-                       (want_dims == 1 || json_integer_value(json_array_get(shape, 1)) == ti->cols);
-        if (strcmp(dtype, "F32") != 0 || !shape_ok) {
-            rc = al_errf(err, AL_EMISMATCH,
-                         "%s: tensor '%s' has dtype %s or a shape other than "
-                         "[%d, %d]",
-                         path, name, dtype, ti->rows, ti->cols);
-            break;
-        }
-        if (b < 0 || en < b || (size_t)en > dlen || (size_t)(en - b) != ti->numel * 4) {
-            rc = al_errf(err, AL_EFORMAT, "%s: tensor '%s' data offsets out of range", path, name);
-            break;
-        }
-        memcpy(buf[k / lay->ntensors] + ti->offset, data + b, ti->numel * 4);
-    }
-    json_decref(h);
-    free(raw);
-    return rc;
-}
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 
@@ -332,10 +231,10 @@ int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_
     long *steps;
     size_t n;
     int rc = list_steps(path, &steps, &n, err);
-    if (rc) return al_err_prefix(err, "resume");
+    if (rc) return rc;
     if (n == 0) {
         free(steps);
-        return al_errf(err, AL_ENOTFOUND, "resume: no checkpoint (step-*) in %s", path);
+        return al_errf(err, AL_ENOTFOUND, "no checkpoint (step-*) in %s", path);
     }
     for (size_t i = 0; i < n; i++) {
         char dir[4200];
@@ -351,7 +250,7 @@ int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_
         al_logf(log, AL_LOG_WARN, "skipping checkpoint %s: %s", dir, e.msg);
     }
     free(steps);
-    return al_errf(err, AL_EINTEGRITY, "resume: no valid checkpoint in %s", path);
+    return al_errf(err, AL_EINTEGRITY, "no valid checkpoint in %s", path);
 }
 
 int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
@@ -403,4 +302,76 @@ int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const
     if (rc == 0) tr->step = (long)step;
     json_decref(man);
     return rc;
+}
+
+int al_theta_parse(const char *s, al_theta *out, al_err *err) {
+    if (!strcmp(s, "auto"))
+        *out = AL_THETA_AUTO;
+    else if (!strcmp(s, "local"))
+        *out = AL_THETA_LOCAL;
+    else if (!strcmp(s, "global"))
+        *out = AL_THETA_GLOBAL;
+    else
+        return al_errf(err, AL_EINVAL, "--theta: unknown value '%s' (auto|local|global)", s);
+    return 0;
+}
+
+int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log, al_model_config *cfg,
+                        float **params, char *dir_out, size_t cap, al_err *err) {
+    char dir[4096], f[4200];
+    *params = NULL;
+    int rc = al_ckpt_find(path, log, dir, sizeof dir, err);
+    json_t *man = NULL;
+    if (rc == 0) rc = verify(dir, &man, err);
+    if (rc) return rc;
+    const char *preset = NULL;
+    json_int_t nparams = 0;
+    if (json_unpack(man, "{s:s, s:I}", "preset", &preset, "nparams", &nparams) != 0) {
+        json_decref(man);
+        return al_errf(err, AL_EFORMAT, "%s/manifest.json: missing preset or nparams", dir);
+    }
+    al_layout lay = {0};
+    rc = al_model_preset(cfg, preset, err);
+    if (rc) al_err_prefix(err, "%s/manifest.json", dir);
+    if (rc == 0) rc = al_layout_init(&lay, cfg, err);
+    if (rc == 0 && (size_t)nparams != lay.nparams)
+        rc = al_errf(err, AL_EMISMATCH,
+                     "%s: manifest says preset '%s' with %lld parameters, but '%s' has %zu", dir,
+                     preset, (long long)nparams, preset, lay.nparams);
+    json_decref(man);
+    if (rc) {
+        al_layout_free(&lay);
+        return rc;
+    }
+    snprintf(f, sizeof f, "%s/outer.bin", dir);
+    int has_global = access(f, F_OK) == 0;
+    if (*which == AL_THETA_GLOBAL && !has_global)
+        rc = al_errf(err, AL_ENOTFOUND,
+                     "%s: no theta_global (outer.bin): not an agent's checkpoint", dir);
+    float *p = rc ? NULL : malloc(lay.nparams * sizeof(float));
+    if (rc == 0 && !p) rc = al_errf(err, AL_ENOMEM, "%s: out of memory", dir);
+    if (rc == 0 && has_global && *which != AL_THETA_LOCAL) {
+        *which = AL_THETA_GLOBAL;
+        al_outer o = {0};
+        rc = al_outer_load(&o, f, NULL, err);
+        if (rc == 0 && o.n != lay.nparams)
+            rc = al_errf(err, AL_EMISMATCH, "%s: theta_global has %zu parameters, preset '%s' %zu",
+                         f, o.n, cfg->preset, lay.nparams);
+        if (rc == 0) memcpy(p, o.theta, lay.nparams * sizeof(float));
+        al_outer_free(&o);
+    } else if (rc == 0) {
+        *which = AL_THETA_LOCAL;
+        const char *pfx[] = {""};
+        float *buf[] = {p};
+        snprintf(f, sizeof f, "%s/%s", dir, CKPT_FILES[0]);
+        rc = al_safetensors_read(f, &lay, 1, pfx, buf, err);
+    }
+    al_layout_free(&lay);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *params = p;
+    if (dir_out) snprintf(dir_out, cap, "%s", dir);
+    return 0;
 }

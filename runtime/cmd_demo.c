@@ -4,9 +4,13 @@
  * (IID: every site reads the whole corpus in its own order), starts one agent
  * process per site on loopback with mutual TLS and a dashboard, shows their
  * progress, and prints what the run cost on the wire against DiLoCo at H_base
- * and DDP for the same steps. */
+ * and DDP for the same steps -- split into the syncs the policy avoided and
+ * the bytes the codec saved -- and a sample from the final theta_global. The
+ * microbatch follows the preset: rows of its context length T, about 2048
+ * tokens per microbatch. */
 #include "al_cli.h"
 #include "al_data.h"
+#include "al_model.h"
 #include "al_transport.h"
 
 #include <arpa/inet.h>
@@ -26,6 +30,8 @@
 
 typedef struct demo {
     int sites, workers;
+    int batch, seq; /* the microbatch, from the preset */
+    const char *train_in, *val_in;
     long steps, h_base;
     const char *policy, *codec, *preset, *correction;
     char dir[1024], train[1200], val[1200];
@@ -48,7 +54,10 @@ static void demo_usage(FILE *f) {
             "  --h-base H       the DiLoCo interval to compare with (default 50)\n"
             "  --codec C        pseudo-gradient codec (default int8+zstd)\n"
             "  --correction C   autoloco|none (default autoloco)\n"
-            "  --preset P       model preset (default demo)\n"
+            "  --preset P       model preset (default demo); the microbatch is rows of its\n"
+            "                   context length T, about 2048 tokens\n"
+            "  --train FILE     training token file (default: the fortunes corpus; the\n"
+            "  --val FILE       gpt2-124m preset needs GPT-2 token files, e.g. llm.c's)\n"
             "  --dir DIR        run folder (default: a new one under /tmp)\n"
             "  --json           print one JSON object as the last line\n",
             DEMO_MAX);
@@ -85,9 +94,9 @@ static int write_config(const demo *d, int s, const int *grpc, const int *dash, 
     fprintf(f, "[model]\npreset = %s\n\n[data]\ntrain = %s\nval = %s\npacking = docs\n\n",
             d->preset, d->train, d->val);
     fprintf(f,
-            "[inner]\nbatch = 16\nseq = 128\nsteps = %ld\nlr = 3e-3\nwarmup = 50\n"
+            "[inner]\nbatch = %d\nseq = %d\nsteps = %ld\nlr = 3e-3\nwarmup = 50\n"
             "workers = %d\nthreads = 1\nseed = 1337\neval_every = 0\neval_batches = 0\n\n",
-            d->steps, d->workers);
+            d->batch, d->seq, d->steps, d->workers);
     fprintf(f, "[outer]\nlr = 0.7\nmomentum = 0.9\ncorrection = %s\ncodec = %s\n\n", d->correction,
             d->codec);
     fprintf(f, "[policy]\nname = %s\nh_base = %ld\n\n", d->policy, d->h_base);
@@ -142,9 +151,14 @@ static int prepare(demo *d, al_err *err) {
         int rc = al_mkdirs(d->dir, err);
         if (rc) return rc;
     }
-    /* the corpus: the setup's token files, or tokenized now */
-    if (access("data/fortunes/train.bin", R_OK) == 0 &&
-        access("data/fortunes/val.bin", R_OK) == 0) {
+    /* the corpus: given, the setup's token files, or tokenized now */
+    if (d->train_in || d->val_in) {
+        if (!d->train_in || !d->val_in)
+            return al_errf(err, AL_EINVAL, "demo: --train and --val go together");
+        snprintf(d->train, sizeof d->train, "%s", d->train_in);
+        snprintf(d->val, sizeof d->val, "%s", d->val_in);
+    } else if (access("data/fortunes/train.bin", R_OK) == 0 &&
+               access("data/fortunes/val.bin", R_OK) == 0) {
         char cwd[512];
         if (!getcwd(cwd, sizeof cwd)) return al_errf(err, AL_EIO, "getcwd failed");
         snprintf(d->train, sizeof d->train, "%s/data/fortunes/train.bin", cwd);
@@ -167,6 +181,26 @@ static int prepare(demo *d, al_err *err) {
     return al_certs_create(certs, names, (size_t)d->sites, 30, err);
 }
 
+/* Both token files must be in the preset's vocabulary: say so before any
+ * site starts (gpt2-124m reads GPT-2 tokens, the bundled corpus is bytes). */
+static int check_data(const demo *d, const al_model_config *mc, al_err *err) {
+    const char *files[] = {d->train, d->val};
+    for (int i = 0; i < 2; i++) {
+        al_tokens t;
+        int rc = al_tokens_load(&t, files[i], err);
+        if (rc) return al_err_prefix(err, "demo");
+        if (t.vocab != mc->V)
+            rc = al_errf(err, AL_EMISMATCH,
+                         "demo: preset '%s' reads a vocabulary of %d tokens, %s has %d%s",
+                         mc->preset, mc->V, files[i], t.vocab,
+                         mc->V == 50257 ? " (give GPT-2 token files with --train and --val)"
+                                        : " (choose another --preset)");
+        al_tokens_free(&t);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 int al_cmd_demo(int argc, char **argv, al_err *err) {
     static const struct option opts[] = {{"sites", required_argument, 0, 's'},
                                          {"workers", required_argument, 0, 'w'},
@@ -177,6 +211,8 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
                                          {"correction", required_argument, 0, 'r'},
                                          {"preset", required_argument, 0, 'P'},
                                          {"dir", required_argument, 0, 'd'},
+                                         {"train", required_argument, 0, 't'},
+                                         {"val", required_argument, 0, 'v'},
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -218,6 +254,12 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
         case 'P':
             d.preset = optarg;
             break;
+        case 't':
+            d.train_in = optarg;
+            break;
+        case 'v':
+            d.val_in = optarg;
+            break;
         case 'd':
             snprintf(d.dir, sizeof d.dir, "%s", optarg);
             break;
@@ -233,7 +275,12 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
         }
         if (rc) return rc;
     }
+    al_model_config mc;
+    if ((rc = al_model_preset(&mc, d.preset, err))) return al_err_prefix(err, "demo: --preset");
+    d.seq = mc.T;
+    d.batch = AL_MAX(1, 2048 / mc.T);
     if ((rc = prepare(&d, err))) return rc;
+    if ((rc = check_data(&d, &mc, err))) return rc;
     int grpc[DEMO_MAX], dash[DEMO_MAX];
     for (int s = 0; s < d.sites; s++) {
         grpc[s] = free_port();
@@ -242,9 +289,9 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
     }
     for (int s = 0; s < d.sites; s++)
         if ((rc = write_config(&d, s, grpc, dash, err))) return rc;
-    printf("autoloco demo: %d sites x %d workers, preset %s, %ld steps per site, policy %s "
-           "(H_base %ld), codec %s, mutual TLS on loopback\n",
-           d.sites, d.workers, d.preset, d.steps, d.policy, d.h_base, d.codec);
+    printf("autoloco demo: %d sites x %d workers, preset %s (microbatch %dx%d), %ld steps per "
+           "site, policy %s (H_base %ld), codec %s, mutual TLS on loopback\n",
+           d.sites, d.workers, d.preset, d.batch, d.seq, d.steps, d.policy, d.h_base, d.codec);
     printf("run folder: %s\n", d.dir);
     for (int s = 0; s < d.sites; s++)
         printf("  site %c: gRPC 127.0.0.1:%d, dashboard http://127.0.0.1:%d/\n", 'a' + s, grpc[s],
@@ -320,7 +367,7 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
 #define NUM(o, k) json_number_value(json_object_get(o, k))
     int agree = 1;
     const char *h0 = json_string_value(json_object_get(sum[0], "theta_hash"));
-    double sent = 0, diloco = 0, ddp = 0, eval = NUM(sum[0], "final_eval_loss");
+    double sent = 0, diloco = 0, ddp = 0, raw = 0, eval = NUM(sum[0], "final_eval_loss");
     printf("\n%-6s %8s %6s %10s %14s %14s %14s\n", "site", "steps", "syncs", "eval loss",
            "bytes sent", "DiLoCo equiv", "DDP equiv");
     for (int s = 0; s < d.sites; s++) {
@@ -329,6 +376,7 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
         sent += NUM(sum[s], "bytes_sent");
         diloco += NUM(sum[s], "bytes_diloco_equiv");
         ddp += NUM(sum[s], "bytes_ddp_equiv");
+        raw += NUM(sum[s], "bytes_raw");
         printf("%-6c %8lld %6lld %10.4f %14.0f %14.0f %14.0f\n", 'a' + s,
                (long long)NUM(sum[s], "steps"), (long long)NUM(sum[s], "syncs"),
                NUM(sum[s], "final_eval_loss"), NUM(sum[s], "bytes_sent"),
@@ -342,23 +390,57 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
         printf("%s%lld", i ? " " : "", (long long)json_integer_value(hv));
     double sv_d = diloco > 0 ? 100.0 * (1 - sent / diloco) : 0,
            sv_p = ddp > 0 ? 100.0 * (1 - sent / ddp) : 0;
-    printf("\nbytes sent: %.0f; vs DiLoCo at H_base=%ld (fp32): %.1f%% saved; vs DDP: %.2f%% "
-           "saved\n",
+    /* the saving against DiLoCo in two parts: syncs the policy avoided (DiLoCo's
+     * bytes minus the fp32 bytes our syncs stood for) and the codec (those fp32
+     * bytes minus the bytes on the wire, framing and TLS included) */
+    double syncs = NUM(sum[0], "syncs"), syncs_d = NUM(sum[0], "syncs_diloco_equiv");
+    printf("\nsyncs: %.0f made; DiLoCo at H_base=%ld makes %.1f: %.1f avoided (%.1f%%), %.0f "
+           "bytes of fp32 not sent\n",
+           syncs, d.h_base, syncs_d, syncs_d - syncs,
+           syncs_d > 0 ? 100.0 * (1 - syncs / syncs_d) : 0.0, diloco - raw);
+    printf("codec %s: %.0f bytes sent for %.0f bytes of fp32 shards: %.0f saved (%.1f%%, %.1fx "
+           "smaller)\n",
+           d.codec, sent, raw, raw - sent, raw > 0 ? 100.0 * (1 - sent / raw) : 0.0,
+           sent > 0 ? raw / sent : 0.0);
+    printf("bytes sent: %.0f; vs DiLoCo at H_base=%ld (fp32): %.1f%% saved (both together); vs "
+           "DDP: %.2f%% saved\n",
            sent, d.h_base, sv_d, sv_p);
     printf("theta_global identical on all sites: %s (%.16s)\n", agree ? "yes" : "NO",
            h0 ? h0 : "?");
+    /* what the model writes now: a short sample from site a's final theta_global */
+    char site_a[1200], *text = NULL;
+    snprintf(site_a, sizeof site_a, "%s/site-a", d.dir);
+    al_threads_set(1); /* as `autoloco sample` does */
+    rc = al_cli_sample(site_a, AL_MIN(160, d.seq - 1), 0.8, 40, 1337, &text, err);
+    if (rc == 0) {
+        printf("sample from the final theta_global (autoloco sample --ckpt %s --temperature 0.8 "
+               "--seed 1337):\n  | ",
+               site_a);
+        for (const char *p = text; *p; p++) printf(*p == '\n' ? "\n  | " : "%c", *p);
+        printf("\n");
+    }
     printf("logs and dashboards' event logs: %s\n", d.dir);
-    char *hjs = json_dumps(hist, JSON_COMPACT);
-    if (d.json)
-        printf("{\"sites\":%d,\"workers\":%d,\"steps\":%lld,\"syncs\":%lld,\"bytes_sent\":%.0f,"
-               "\"bytes_diloco_equiv\":%.0f,\"bytes_ddp_equiv\":%.0f,\"savings_vs_diloco\":%.4f,"
-               "\"savings_vs_ddp\":%.6f,\"final_eval_loss\":%.6f,\"theta_hash_agree\":%s,"
-               "\"h_history\":%s,\"seconds\":%.1f,\"dir\":\"%s\"}\n",
-               d.sites, d.workers, (long long)NUM(sum[0], "steps"), (long long)NUM(sum[0], "syncs"),
-               sent, diloco, ddp, sv_d / 100.0, sv_p / 100.0, eval, agree ? "true" : "false",
-               hjs ? hjs : "[]", al_now() - t0, d.dir);
-    free(hjs);
+    if (rc == 0 && d.json) {
+        json_t *o = json_pack(
+            "{s:i, s:i, s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
+            "s:b, s:O, s:f, s:s}",
+            "sites", d.sites, "workers", d.workers, "preset", d.preset, "batch", d.batch, "seq",
+            d.seq, "steps", (json_int_t)NUM(sum[0], "steps"), "syncs", (json_int_t)syncs,
+            "syncs_diloco_equiv", syncs_d, "syncs_avoided", syncs_d - syncs, "bytes_sent", sent,
+            "bytes_raw", raw, "bytes_saved_by_codec", raw - sent, "bytes_diloco_equiv", diloco,
+            "bytes_ddp_equiv", ddp, "savings_vs_diloco", sv_d / 100.0, "savings_vs_ddp",
+            sv_p / 100.0, "theta_hash_agree", agree, "h_history", hist, "seconds", al_now() - t0,
+            "dir", d.dir);
+        json_object_set_new(o, "final_eval_loss", isfinite(eval) ? json_real(eval) : json_null());
+        json_object_set_new(o, "sample", json_string(al_cli_utf8(text)));
+        char *js = json_dumps(o, JSON_COMPACT);
+        printf("%s\n", js ? js : "{}");
+        free(js);
+        json_decref(o);
+    }
+    free(text);
 #undef NUM
     for (int s = 0; s < d.sites; s++) json_decref(sum[s]);
+    if (rc) return al_err_prefix(err, "demo: sample");
     return agree ? 0 : al_errf(err, AL_EINTEGRITY, "sites ended with different theta_global");
 }

@@ -303,6 +303,7 @@ static json_t *record_json(const char *site, const al_round_record *r) {
                 {"bytes_raw", r->bytes_raw},
                 {"bytes_diloco", r->bytes_diloco},
                 {"bytes_ddp", r->bytes_ddp},
+                {"syncs_diloco", r->syncs_diloco},
                 {"compute_s", r->compute_s},
                 {"comm_s", r->comm_s},
                 {"wait_s", r->wait_s},
@@ -352,6 +353,14 @@ char *al_metrics_status_json(al_metrics *m) {
         {"savings_vs_diloco_pct", pct_saved(v[AL_M_BYTES_SENT], v[AL_M_BYTES_DILOCO])},
         {"savings_vs_ddp_pct", pct_saved(v[AL_M_BYTES_SENT], v[AL_M_BYTES_DDP])},
         {"compression_ratio", v[AL_M_BYTES_SENT] > 0 ? v[AL_M_BYTES_RAW] / v[AL_M_BYTES_SENT] : 0},
+        /* the saving against DiLoCo in two parts: fewer syncs (DiLoCo's bytes
+         * minus the fp32 bytes our syncs stood for) and the codec (those fp32
+         * bytes minus what went on the wire) */
+        {"syncs_diloco", v[AL_M_SYNCS_DILOCO]},
+        {"syncs_avoided", v[AL_M_SYNCS_DILOCO] - v[AL_M_SYNCS]},
+        {"saved_by_syncs_bytes", v[AL_M_BYTES_DILOCO] - v[AL_M_BYTES_RAW]},
+        {"saved_by_codec_bytes", v[AL_M_BYTES_RAW] - v[AL_M_BYTES_SENT]},
+        {"saved_by_codec_pct", pct_saved(v[AL_M_BYTES_SENT], v[AL_M_BYTES_RAW])},
         {"compute_s", v[AL_M_COMPUTE_S]},
         {"comm_s", v[AL_M_COMM_S]},
         {"wait_s", v[AL_M_WAIT_S]},

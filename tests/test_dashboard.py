@@ -3,8 +3,9 @@
 
 Starts a short `autoloco demo` (2 sites on loopback over mTLS), loads site a's
 dashboard in headless Chromium while it trains, waits for the charts to hold
-data points, and checks that the savings figure on the page equals the one
-/api/v1/status reports. Then `autoloco report` on the finished run's JSONL
+data points, and checks that the savings figure on the page, and its two
+parts (syncs avoided against DiLoCo at H_base, bytes saved by the codec),
+equal what /api/v1/status reports. Then `autoloco report` on the finished run's JSONL
 must give one HTML file that opens offline with the charts drawn.
 Screenshots go to SCREENSHOT_DIR (default: the test's temporary folder).
 Exits 77 (skipped) when Chromium, its driver or Selenium is missing."""
@@ -104,6 +105,28 @@ try:
                 break
             time.sleep(0.3)
         check(agree, f"savings on the page ({shown2}%) = /api/v1/status ({want}%)")
+        # the saving in its two parts: syncs avoided against DiLoCo, and the codec
+        parts = False
+        for _ in range(40):
+            page1 = (drv.find_element("id", "syncs-avoided").text,
+                     drv.find_element("id", "codec-saved-pct").text)
+            st = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())
+            page2 = (drv.find_element("id", "syncs-avoided").text,
+                     drv.find_element("id", "codec-saved-pct").text)
+            try:
+                got = [float(v) for v in page2]
+            except ValueError:
+                got = None
+            if page1 == page2 and got and st["syncs"] > 0 \
+                    and abs(got[0] - st["syncs_avoided"]) <= 0.051 \
+                    and abs(got[1] - st["saved_by_codec_pct"]) <= 0.051 \
+                    and st["syncs_avoided"] == st["syncs_diloco"] - st["syncs"] \
+                    and st["saved_by_codec_bytes"] == st["bytes_raw"] - st["bytes_sent"] > 0:
+                parts = True
+                break
+            time.sleep(0.3)
+        check(parts, f"syncs avoided ({page2[0]}) and codec saving ({page2[1]}%) on the page = "
+              f"/api/v1/status ({st['syncs_avoided']:.2f}, {st['saved_by_codec_pct']:.2f}%)")
         drv.save_screenshot(os.path.join(shots, "dashboard.png"))
         # /metrics carries the same byte totals as the agent's status
         same = False
@@ -151,6 +174,10 @@ try:
     rounds = len([l for l in open(events) if '"event":"round"' in l])
     check(min(n.values()) >= 4 and n["chart-h"] == rounds,
           f"report opens offline with the charts drawn: {n} ({rounds} rounds)")
+    avoided = drv.find_element("id", "syncs-avoided").text
+    rec = [json.loads(l) for l in open(events) if '"event":"round"' in l][-1]
+    check(abs(float(avoided) - (rec["syncs_diloco"] - rounds)) <= 0.051,
+          f"report: syncs avoided {avoided} = {rec['syncs_diloco']:.2f} - {rounds} rounds")
     state = drv.find_element("id", "state").text
     check(state.startswith("report"), f"report mode: '{state}'")
     drv.save_screenshot(os.path.join(shots, "report.png"))
