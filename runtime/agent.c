@@ -94,6 +94,11 @@ int al_agent_check_config(const al_config *c, al_err *err) {
     al_codec_cfg cc;
     if (rc == 0 && (rc = al_codec_parse(c->outer_codec, &cc, err)))
         al_err_prefix(err, "[outer] codec");
+    if (rc == 0 && c->outer_max_delta_ratio > 0 && c->outer_max_delta_ratio < 1)
+        rc = al_errf(err, AL_ECONFIG,
+                     "[outer] max_delta_ratio: %g would leave out the median site itself (0 = off, "
+                     "else >= 1)",
+                     c->outer_max_delta_ratio);
     al_model_config mc;
     if (rc == 0) rc = al_model_preset(&mc, c->model_preset, err);
     if (rc == 0 && !c->tls_insecure)
@@ -385,6 +390,10 @@ static int round_once(agent *a, double *eval, al_err *err) {
     /* Δ = θ_global − θ_local and my statistics */
     double dsq = 0;
     if ((rc = al_pseudo_grad(a->delta, a->outer.theta, theta_local(a), a->P, &dsq, err))) return rc;
+    if (a->fault_poison != 0) { /* test hook: a poisoning member (it reports its norm) */
+        for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_poison;
+        dsq = a->fault_poison * a->fault_poison * (double)a->P;
+    }
     al_site_stats mine = {.site = a->self,
                           .steps = a->iv.steps,
                           .loss = a->iv.loss_sum / (double)a->iv.steps,
@@ -404,7 +413,11 @@ static int round_once(agent *a, double *eval, al_err *err) {
     /* commit: identical inputs on every member give identical outputs */
     al_round_stats rs;
     double mdsq = al_sq_norm(a->dbar, a->P);
-    if ((rc = al_round_stats_combine(&rs, a->round, stats, M, mdsq, err))) return rc;
+    al_site_stats in_mean[AG_MAX_SITES];
+    int n_in = 0;
+    for (int j = 0; j < M; j++)
+        if (!a->excluded[members[j]]) in_mean[n_in++] = stats[j];
+    if ((rc = al_round_stats_combine(&rs, a->round, in_mean, n_in, mdsq, err))) return rc;
     int64_t h_next = h;
     double comm_floor = al_policy_comm_floor(a->pol, &rs);
     if ((rc = al_policy_next_interval(a->pol, &rs, &h_next, err))) return rc;
@@ -548,6 +561,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "publish:", 8)) a->fault_publish_ms = atol(fault + 8);
     if (fault && !strncmp(fault, "badstats:", 9)) a->fault_badstats = atol(fault + 9);
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
+    if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);

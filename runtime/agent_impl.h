@@ -109,7 +109,7 @@ typedef struct agent {
     long cur_round;                       /* the round slots of parity r&1 are for */
     int exchanging;                       /* members of cur_round are settled */
     ag_slot reduce[2][AG_MAX_SITES];      /* [round&1][sender]: its part of my shard */
-    ag_slot gather[2][AG_MAX_SITES];      /* [round&1][shard]: the mean shard from its owner */
+    ag_slot gather[2][AG_MAX_SITES];      /* [round&1][sender]: the mean shard its owner sent */
     al_site_stats stats[2][AG_MAX_SITES]; /* [round&1][site] */
     int have_stats[2][AG_MAX_SITES];
     long joining[AG_MAX_SITES]; /* round a pulling site will join, or -1 */
@@ -125,7 +125,11 @@ typedef struct agent {
     long fault_badstats;         /* AL_FAULT=badstats:R / badtokens:R: send round R's */
     long fault_badtokens;        /* statistics with one inner step too many / with
                                   * tokens 2^64-1 (a lying peer) */
+    double fault_poison;         /* AL_FAULT=poison:V: send V in every element of Δ */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
+    /* robust aggregation: members of the committed round whose Δ was left out
+     * of the mean ([outer] max_delta_ratio) */
+    int excluded[AG_MAX_SITES];
 } agent;
 
 /* agent_net.c */

@@ -31,14 +31,16 @@ static int wait_until(agent *a, const struct timespec *abs) {
 
 /* ---- server hooks (server threads) --------------------------------------------------- */
 
-/* The slot a shard lands in: reduce by sender, gather by shard index k (the
- * id also names the membership size, see ag_shard_code). */
+/* The slot a shard lands in: by sender in both phases (the id names the shard
+ * and the membership size, see ag_shard_code). A gathered mean shard is read
+ * from its owner's slot only, so no member can write the mean of a shard it
+ * does not own: a shard id other than the sender's own index never matches. */
 static ag_slot *slot_for(agent *a, const al_shard_meta *m, int sender) {
     int p = (int)(m->round & 1), M, k;
     if (m->shard_id >= AG_SHARD_SPACE) return NULL;
     ag_shard_decode((int)m->shard_id, &M, &k);
     if (m->phase == AL_PHASE_REDUCE) return &a->reduce[p][sender];
-    if (m->phase == AL_PHASE_GATHER && k < AG_MAX_SITES) return &a->gather[p][k];
+    if (m->phase == AL_PHASE_GATHER && k < AG_MAX_SITES) return &a->gather[p][sender];
     return NULL;
 }
 
@@ -626,6 +628,36 @@ static int moved_on(agent *a, int p, int M) {
 
 /* One attempt with the given members; on failure *dead names a site to drop
  * (or is AG_PROBE). Waits at most wait_s per phase. */
+/* Robust aggregation ([outer] max_delta_ratio = k): a member whose ‖Δ^m‖ is
+ * more than k × the median over the members is left out of the mean (it stays
+ * a member: it sends and receives shards and gets the same θ_global). The
+ * decision uses only the members' statistics, so every member makes it alike;
+ * it needs M >= 3 (with two, neither is an outlier of the other). Sets
+ * a->excluded and logs each exclusion once per attempt. */
+static void robust_filter(agent *a, const int *mem, const al_site_stats *stats, int M) {
+    memset(a->excluded, 0, sizeof a->excluded);
+    double k = a->cfg->outer_max_delta_ratio;
+    if (k <= 0 || M < 3) return;
+    double norm[AG_MAX_SITES], sorted[AG_MAX_SITES];
+    for (int j = 0; j < M; j++) sorted[j] = norm[j] = sqrt(stats[j].delta_sq);
+    for (int i = 1; i < M; i++) /* insertion sort: M is small */
+        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+            double t = sorted[j];
+            sorted[j] = sorted[j - 1];
+            sorted[j - 1] = t;
+        }
+    double med = M % 2 ? sorted[M / 2] : 0.5 * (sorted[M / 2 - 1] + sorted[M / 2]);
+    if (!(med > 0)) return;
+    for (int j = 0; j < M; j++)
+        if (norm[j] > k * med) {
+            a->excluded[mem[j]] = 1;
+            al_logf(&a->log, AL_LOG_WARN,
+                    "round %ld: leaving %s's update out of the mean: |delta| %.4g is %.1f x the "
+                    "median %.4g of %d sites ([outer] max_delta_ratio = %g)",
+                    a->round, a->name[mem[j]], norm[j], norm[j] / med, med, M, k);
+        }
+}
+
 static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al_err *err) {
     int me = 0;
     while (mem[me] != a->self) me++;
@@ -644,7 +676,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
         a->bytes_raw += (double)(khi - klo) * 4.0 * (mem[k] == a->self ? 0 : 1);
         if (mem[k] == a->self) {
             rc = al_codec_decode(a->enc, len, a->part, khi - klo, err);
-            if (rc == 0) rc = al_mean_add(&acc, a->self, a->part, err);
+            if (rc == 0 && !a->excluded[a->self]) rc = al_mean_add(&acc, a->self, a->part, err);
         } else if (push_shard(a, mem[k], AL_PHASE_REDUCE, k, M, len, err) != 0) {
             *dead = mem[k];
             al_mean_free(&acc);
@@ -654,7 +686,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     for (int i = 0; i < a->nsites; i++) {
         int in = 0;
         for (int j = 0; j < M; j++) in |= mem[j] == i;
-        if (!in) al_mean_drop(&acc, i, NULL);
+        if (!in || a->excluded[i]) al_mean_drop(&acc, i, NULL);
     }
     /* wait for the others' parts of my shard */
     struct timespec dl;
@@ -681,7 +713,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     }
     pthread_mutex_unlock(&a->mu);
     for (int j = 0; j < M && rc == 0; j++) {
-        if (mem[j] == a->self) continue;
+        if (mem[j] == a->self || a->excluded[mem[j]]) continue;
         ag_slot *s = &a->reduce[p][mem[j]];
         rc = al_codec_decode(s->buf, s->meta.total_bytes, a->part, hi - lo, err);
         if (rc == 0) rc = al_mean_add(&acc, mem[j], a->part, err);
@@ -711,7 +743,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     for (;;) {
         int missing = -1;
         for (int k = 0; k < M && missing < 0; k++)
-            if (k != me && !slot_ok(a, &a->gather[p][k], k, M)) missing = mem[k];
+            if (k != me && !slot_ok(a, &a->gather[p][mem[k]], k, M)) missing = mem[k];
         if (missing < 0) break;
         if (moved_on(a, p, M)) {
             pthread_mutex_unlock(&a->mu);
@@ -730,7 +762,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
         if (k == me) continue;
         size_t klo, khi;
         shard_range(a->P, M, k, &klo, &khi);
-        ag_slot *s = &a->gather[p][k];
+        ag_slot *s = &a->gather[p][mem[k]];
         rc = al_codec_decode(s->buf, s->meta.total_bytes, a->dbar + klo, khi - klo, err);
         if (rc) {
             *dead = mem[k];
@@ -828,6 +860,7 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
                            a->round);
         int dead = -1;
         al_err e = {0};
+        robust_filter(a, members, stats, M);
         double wait_s = a->cfg->round_deadline_s * (tries ? 2.0 : 1.0);
         int rc = attempt(a, members, M, wait_s, &dead, &e);
         if (rc == 0) break;

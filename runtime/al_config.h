@@ -57,6 +57,8 @@
     X(tls, insecure, INT, 0, 0, 1, "agent: 1 = no TLS at all (benchmarks only)")                   \
     X(outer, lr, DBL, 0.7, 0, 10, "outer learning rate alpha")                                     \
     X(outer, momentum, DBL, 0.9, 0, 0.999999, "outer Nesterov momentum mu")                        \
+    X(outer, max_delta_ratio, DBL, 4.0, 0, 1e6,                                                    \
+      "leave out of the mean a site whose |delta| exceeds this x the round's median (0 = off)")    \
     X(outer, correction, STR, "autoloco", "autoloco|none", 0,                                      \
       "outer update corrected by the accumulated inner lr (autoloco) or plain DiLoCo")             \
     X(outer, progress, STR, "steps", "steps|lr", 0,                                                \
