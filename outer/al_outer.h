@@ -187,9 +187,12 @@ void al_outer_hash(const al_outer *o, char hex[65]);
  * string with a SHA-256 trailer, for a joining site or a simple save. *buf is
  * malloc'd; free it. */
 int al_outer_serialize(const al_outer *o, uint8_t **buf, size_t *len, al_err *err);
+/* The serialized size of a state of n parameters (what a joiner expects). */
+size_t al_outer_state_bytes(size_t n);
 /* Replace o (initialised or zeroed) with a serialized state. When expect is not
  * NULL its lr, momentum, correction and s_ref must match (AL_EMISMATCH naming
- * the field). On any error o is untouched. */
+ * the field); when o already holds a state, its n must match too. On any error
+ * o is untouched. */
 int al_outer_deserialize(al_outer *o, const uint8_t *buf, size_t len, const al_outer_cfg *expect,
                          al_err *err);
 int al_outer_save(const al_outer *o, const char *path, al_err *err);

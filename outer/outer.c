@@ -227,6 +227,10 @@ static bool little_endian(void) {
     return *(const uint8_t *)&one == 1;
 }
 
+size_t al_outer_state_bytes(size_t n) {
+    return HDR + 2 * n * sizeof(float) + TRAILER;
+}
+
 int al_outer_serialize(const al_outer *o, uint8_t **buf, size_t *len, al_err *err) {
     if (!little_endian()) return al_errf(err, AL_EUNSUPPORTED, "outer: big-endian host");
     size_t vec = o->n * sizeof(float), total = HDR + 2 * vec + TRAILER;
@@ -299,6 +303,9 @@ int al_outer_deserialize(al_outer *o, const uint8_t *buf, size_t len, const al_o
             return al_errf(err, AL_EMISMATCH, "outer state: s_ref %g, configured %g", t.cfg.s_ref,
                            expect->s_ref);
     }
+    if (o->n > 0 && n != o->n)
+        return al_errf(err, AL_EMISMATCH, "outer state: n = %llu parameters, this model has %zu",
+                       (unsigned long long)n, o->n);
     t.n = (size_t)n;
     t.theta = malloc(t.n * sizeof(float));
     t.mom = malloc(t.n * sizeof(float));

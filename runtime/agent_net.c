@@ -44,16 +44,33 @@ static ag_slot *slot_for(agent *a, const al_shard_meta *m, int sender) {
     return NULL;
 }
 
+/* The most bytes shard k of M may take encoded: its values (P·(k+1)/M −
+ * P·k/M, as shard_range cuts them) at the codec's worst case. 0 if M or k
+ * cannot be a shard of this run. */
+static uint64_t shard_max_bytes(const agent *a, int M, int k) {
+    if (M < 1 || M > a->nsites || k < 0 || k >= M) return 0;
+    size_t lo = a->P * (size_t)k / (size_t)M, hi = a->P * (size_t)(k + 1) / (size_t)M;
+    return al_codec_max_encoded(&a->codec, hi - lo);
+}
+
 static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, size_t n) {
     agent *a = u;
     int sender = site_id(a, m->site);
     pthread_mutex_lock(&a->mu);
-    int st = 0;
+    int st = 0, M = 0, k = 0;
     ag_slot *s = sender >= 0 ? slot_for(a, m, sender) : NULL;
+    if (s) ag_shard_decode((int)m->shard_id, &M, &k);
+    uint64_t most = s ? shard_max_bytes(a, M, k) : 0;
     if (!s) {
         snprintf(why, n, "shard from '%s' (phase %u, shard %u): no place for it", m->site, m->phase,
                  m->shard_id);
         st = AL_ST_INVALID_ARGUMENT;
+    } else if (m->total_bytes > most) { /* checked before anything is allocated */
+        snprintf(why, n,
+                 "shard %d of %d from '%s': %llu bytes, more than such a shard can take encoded "
+                 "(%llu)",
+                 k, M, m->site, (unsigned long long)m->total_bytes, (unsigned long long)most);
+        st = AL_ST_OUT_OF_RANGE;
     } else if ((long)m->round != a->cur_round && (long)m->round != a->cur_round + 1) {
         snprintf(why, n, "round %llu: this site is at round %ld", (unsigned long long)m->round,
                  a->cur_round);
@@ -214,7 +231,10 @@ int ag_net_start(agent *a, al_err *err) {
                         .npeers = (size_t)np,
                         .tls = tls,
                         .insecure = (int)c->tls_insecure,
-                        .threads = 4,
+                        /* two calls per peer, each with its own threads, plus
+                         * two: no peer can take a thread another one needs */
+                        .threads = AL_MIN(130, 2 * np + 2),
+                        .per_peer_calls = 2,
                         .num_shards = AG_SHARD_SPACE,
                         .idle_timeout_s = c->round_deadline_s,
                         .hooks = {a, hk_open, hk_done, hk_stats, hk_state},
@@ -490,11 +510,26 @@ int ag_join(agent *a, al_err *err) {
         if (!ok || behind || src < 0) continue;
         uint8_t *d = NULL;
         uint64_t n = 0;
-        int rc = al_client_pull_state(a->cli[src], AL_STATE_THETA, (uint64_t)1 << 40, &d, &n, err);
-        if (rc == 0) rc = al_outer_deserialize(&a->outer, d, n, &a->outer.cfg, err);
+        /* at most the bytes a state of our P takes (the pull's deadline follows
+         * them); a peer whose state does not fit is left and another tried */
+        al_err e = {0};
+        int rc = al_client_pull_state(a->cli[src], AL_STATE_THETA, al_outer_state_bytes(a->P), &d,
+                                      &n, &e);
+        if (rc == 0) rc = al_outer_deserialize(&a->outer, d, n, &a->outer.cfg, &e);
         free(d);
-        if (rc == 0) rc = al_policy_load(a->pol, pm[src].policy, err);
-        if (rc) return al_err_prefix(err, "joining from %s", a->name[src]);
+        if (rc == 0) rc = al_policy_load(a->pol, pm[src].policy, &e);
+        if (rc) {
+            up[src] = 0;
+            int left = 0;
+            for (int i = 0; i < a->nsites; i++) left += up[i];
+            al_logf(&a->log, AL_LOG_WARN, "joining: the state from %s refused (%s); %s",
+                    a->name[src], e.msg, left ? "trying another peer" : "no peer left");
+            if (!left) {
+                *err = e;
+                return al_err_prefix(err, "joining from %s", a->name[src]);
+            }
+            continue;
+        }
         a->round = pm[src].round;
         a->step = pm[src].step;
         a->h = pm[src].h;

@@ -519,6 +519,19 @@ static void test_save_load_hash(void **state) {
     assert_int_equal(al_outer_deserialize(&p, buf, len, NULL, &err), AL_EINTEGRITY);
     buf[100] ^= 1;
     assert_int_equal(al_outer_deserialize(&p, buf, 20, NULL, &err), AL_EFORMAT);
+    assert_int_equal(len, al_outer_state_bytes(N));
+    /* a state of another size (a lying peer's) into a model of N parameters */
+    al_outer small;
+    al_outer_cfg sc = cfg_none(0.7, 0.9);
+    assert_int_equal(al_outer_init(&small, &sc, theta0, N - 1, &err), 0);
+    uint8_t *sbuf;
+    size_t slen;
+    assert_int_equal(al_outer_serialize(&small, &sbuf, &slen, &err), 0);
+    assert_int_equal(al_outer_deserialize(&p, sbuf, slen, NULL, &err), AL_EMISMATCH);
+    print_message("  other size: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "this model has"));
+    free(sbuf);
+    al_outer_free(&small);
     assert_int_equal(p.steps, 4); /* untouched by the failures */
     assert_int_equal(al_outer_deserialize(&p, buf, len, NULL, &err), 0);
     free(buf);

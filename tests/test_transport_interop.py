@@ -30,51 +30,8 @@ if not shutil.which("protoc"):
     skip("protoc not found (apt-get install protobuf-compiler)")
 
 AUTOLOCO, SERVER, PROTO_DIR = sys.argv[1:4]
-M64 = (1 << 64) - 1
-P1, P2, P3, P4, P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9,
-                      0x85EBCA77C2B2AE63, 0x27D4EB2F165667C5)
-
-
-def rotl(x, r):
-    return ((x << r) | (x >> (64 - r))) & M64
-
-
-def xxh64(data, seed=0):
-    """XXH64, written from the specification: an independent check of ours."""
-    n, p = len(data), 0
-
-    def rnd(acc, v):
-        return (rotl((acc + v * P2) & M64, 31) * P1) & M64
-
-    if n >= 32:
-        v = [(seed + P1 + P2) & M64, (seed + P2) & M64, seed, (seed - P1) & M64]
-        while p + 32 <= n:
-            for i in range(4):
-                v[i] = rnd(v[i], int.from_bytes(data[p + 8 * i:p + 8 * i + 8], "little"))
-            p += 32
-        h = (rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18)) & M64
-        for x in v:
-            h = ((h ^ rnd(0, x)) * P1 + P4) & M64
-    else:
-        h = (seed + P5) & M64
-    h = (h + n) & M64
-    while p + 8 <= n:
-        h = (rotl(h ^ rnd(0, int.from_bytes(data[p:p + 8], "little")), 27) * P1 + P4) & M64
-        p += 8
-    if p + 4 <= n:
-        h = (rotl(h ^ (int.from_bytes(data[p:p + 4], "little") * P1 & M64), 23) * P2 + P3) & M64
-        p += 4
-    while p < n:
-        h = (rotl(h ^ (data[p] * P5 & M64), 11) * P1) & M64
-        p += 1
-    h ^= h >> 33
-    h = (h * P2) & M64
-    h ^= h >> 29
-    h = (h * P3) & M64
-    return h ^ (h >> 32)
-
-
-assert xxh64(b"") == 0xEF46DB3751D8E999 and xxh64(b"abc") == 0x44BC2CF5AD770999
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from xxh64 import xxh64  # noqa: E402
 
 failures = []
 
@@ -239,6 +196,7 @@ def exercise(pb, certs, other, target, srv):
     mal.close()
 
     identity_cases(pb, certs, target, handshake)
+    idle_streams(pb, certs, target)
 
     # meanwhile the server kept serving: a heartbeat and a second good shard
     hb = ping(pb.Heartbeat(schema=1, site="b", round=10, epoch=2), timeout=20)
@@ -248,6 +206,81 @@ def exercise(pb, certs, other, target, srv):
     got = srv.stdout.readline().split()
     check("and assembled", got[:4] == ["SHARD", "b", "2", str(len(small))], " ".join(got))
     ch.close()
+
+
+def idle_streams(pb, certs, target):
+    """Streams that are opened and then send nothing (issue 17): from an
+    unlisted certificate they are refused at once, and a listed peer holds at
+    most per_peer_calls (2) of the server's 3 threads; either way another
+    peer's heartbeat is answered meanwhile."""
+    import threading
+    import time
+
+    def held(release):
+        release.wait(30)
+        return
+        yield  # a generator that sends nothing until released
+
+    def open_streams(site, n):
+        ch = channel(certs, certs, site, target)
+        push = ch.stream_unary("/autoloco.v1.Site/PushShard",
+                               request_serializer=pb.ShardChunk.SerializeToString,
+                               response_deserializer=pb.ShardAck.FromString)
+        release = threading.Event()
+        futs = [push.future(held(release), timeout=40) for _ in range(n)]
+        return ch, release, futs
+
+    def ping_as(site):
+        ch = channel(certs, certs, site, target)
+        ping = ch.unary_unary("/autoloco.v1.Site/Ping",
+                              request_serializer=pb.Heartbeat.SerializeToString,
+                              response_deserializer=pb.Heartbeat.FromString)
+        t0 = time.time()
+        code, details = code_of(lambda: ping(pb.Heartbeat(schema=1, site=site, round=10, epoch=2),
+                                             timeout=10))
+        ch.close()
+        return code, time.time() - t0
+
+    # an unlisted identity: every stream ends with PERMISSION_DENIED at once
+    ch, release, futs = open_streams("mallory", 8)
+    t0 = time.time()
+    def outcome(f, wait):
+        try:
+            e = f.exception(timeout=wait)
+        except grpc.FutureTimeoutError:
+            return "still open"
+        return e.code() if e else grpc.StatusCode.OK
+
+    codes = [outcome(f, 3) for f in futs]
+    dt = time.time() - t0
+    check("8 idle streams from an unlisted certificate -> PERMISSION_DENIED within 3 s",
+          all(c == grpc.StatusCode.PERMISSION_DENIED for c in codes) and dt < 3,
+          f"{[getattr(c, 'name', c) for c in codes]} after {dt:.1f} s")
+    code, dt = ping_as("b")
+    check("meanwhile b's heartbeat answered within 2 s", code == grpc.StatusCode.OK and dt < 2,
+          f"{code.name} after {dt:.1f} s")
+    release.set()
+    ch.close()
+
+    # a listed peer: 2 of its 8 idle streams are held, 6 refused at once
+    ch, release, futs = open_streams("b", 8)
+    time.sleep(1.0)
+    refused = [f for f in futs if f.done() and f.exception() is not None and
+               f.exception().code() == grpc.StatusCode.RESOURCE_EXHAUSTED]
+    pending = [f for f in futs if not f.done()]
+    check("8 idle streams from b: 6 refused RESOURCE_EXHAUSTED, 2 held",
+          len(refused) == 6 and len(pending) == 2,
+          f"refused {len(refused)}, pending {len(pending)}")
+    code, dt = ping_as("c")
+    check("meanwhile c's heartbeat answered within 2 s", code == grpc.StatusCode.OK and dt < 2,
+          f"{code.name} after {dt:.1f} s")
+    release.set()
+    for f in futs:
+        outcome(f, 20)
+    ch.close()
+    code, dt = ping_as("b")
+    check("once its streams ended, b is served again", code == grpc.StatusCode.OK,
+          f"{code.name} after {dt:.1f} s")
 
 
 def forge(certs, out, name, cns, dns):

@@ -64,6 +64,7 @@ int main(int argc, char **argv) {
                          .npeers = np,
                          .tls = {ca, cert, key},
                          .threads = 3,
+                         .per_peer_calls = 2, /* one thread stays for the other peer */
                          .max_message = argc > 5 ? (size_t)atol(argv[5]) : 0,
                          .num_shards = 4,
                          .max_shard_bytes = 256u << 20,

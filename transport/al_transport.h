@@ -155,6 +155,9 @@ typedef struct al_server_cfg {
     al_tls_paths tls;
     int insecure;             /* no TLS at all: only for benchmarks; identities unchecked */
     int threads;              /* completion-queue threads = concurrent calls (default 4) */
+    int per_peer_calls;       /* most calls one peer may have in progress (default 2): with
+                               * threads >= per_peer_calls x npeers no peer can hold a thread
+                               * another needs */
     size_t max_message;       /* largest message accepted (default 4 MiB + 64 KiB) */
     uint32_t num_shards;      /* shards per vector this run (default 1) */
     uint64_t max_shard_bytes; /* largest shard accepted (default 1 GiB + 64 KiB) */

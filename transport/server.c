@@ -38,6 +38,7 @@ typedef struct shard_entry {
 typedef struct peer_bytes {
     char site[AL_SITE_MAX + 1];
     _Atomic uint64_t rx, tx;
+    atomic_int active; /* calls of this peer in progress */
 } peer_bytes;
 
 typedef struct worker {
@@ -606,6 +607,34 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         return;
     read_cn(&c);
     if (c.cn[0]) c.peer = find_peer(w->srv, c.cn); /* count bytes from the first message on */
+    /* Identity and share of the threads, before the call can hold one: an
+     * unlisted certificate is refused at once (not after its first message,
+     * which it may never send), and a listed peer gets at most per_peer_calls
+     * calls at a time. */
+    al_server *srv = w->srv;
+    char why[WHY] = "";
+    int st = AL_ST_OK, counted = 0;
+    if (!srv->cfg.insecure && !c.cn[0]) {
+        snprintf(why, sizeof why, "%s", c.cn_why[0] ? c.cn_why : "identity: no site named");
+        st = AL_ST_PERMISSION_DENIED;
+    } else if (!srv->cfg.insecure && !c.peer) {
+        snprintf(why, sizeof why, "site: '%.64s' is not a listed peer of %s", c.cn, srv->site);
+        st = AL_ST_PERMISSION_DENIED;
+    } else if (c.peer) {
+        counted = 1;
+        if (atomic_fetch_add(&c.peer->active, 1) >= srv->cfg.per_peer_calls) {
+            snprintf(why, sizeof why,
+                     "site: %s already has %d calls in progress here (the most one peer may hold)",
+                     c.peer->site, srv->cfg.per_peer_calls);
+            st = AL_ST_RESOURCE_EXHAUSTED;
+        }
+    }
+    if (st) {
+        finish(&c, st, why);
+        if (counted) atomic_fetch_sub(&c.peer->active, 1);
+        if (!c.close_seen) wait_op(&c, TAG_CLOSE);
+        return;
+    }
     static const struct {
         const char *name;
         void (*fn)(call_ctx *);
@@ -624,6 +653,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         }
     }
     if (!found) finish(&c, AL_ST_UNIMPLEMENTED, "method: unknown");
+    if (counted) atomic_fetch_sub(&c.peer->active, 1);
     if (!c.close_seen) wait_op(&c, TAG_CLOSE);
 }
 
@@ -691,6 +721,7 @@ int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err) {
     s->cfg.run_id = s->run_id;
     s->cfg.peers = NULL;
     if (s->cfg.threads <= 0) s->cfg.threads = 4;
+    if (s->cfg.per_peer_calls <= 0) s->cfg.per_peer_calls = 2;
     if (!s->cfg.max_message) s->cfg.max_message = AL_DEFAULT_MAX_CHUNK + AL_MSG_OVERHEAD;
     if (s->cfg.max_message <= AL_MSG_OVERHEAD) s->cfg.max_message = AL_MSG_OVERHEAD + 1024;
     if (!s->cfg.num_shards) s->cfg.num_shards = 1;
