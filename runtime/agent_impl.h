@@ -17,7 +17,6 @@
 #include "al_transport.h"
 
 #define AG_MAX_SITES 16
-#define AG_SNAPSHOTS 4
 /* Shard ids name the membership too: shard k of M has id M(M-1)/2 + k, so a
  * redone exchange (fewer members) never collides with the first attempt in
  * the transport's table of transfers. Ids run below AG_SHARD_SPACE. */
@@ -54,6 +53,7 @@ typedef struct ag_snapshot {
     char *meta; /* JSON: round, step, h, policy state */
     uint64_t meta_len;
     long round; /* the round in meta: the next one this site trains */
+    int refs;   /* replies streaming it (under mu); freed at 0 once superseded */
 } ag_snapshot;
 
 typedef struct agent {
@@ -113,9 +113,8 @@ typedef struct agent {
     al_site_stats stats[2][AG_MAX_SITES]; /* [round&1][site] */
     int have_stats[2][AG_MAX_SITES];
     long joining[AG_MAX_SITES]; /* round a pulling site will join, or -1 */
-    ag_snapshot snap[AG_SNAPSHOTS];
-    int snap_next;
-    ag_interval iv; /* the interval in progress (saved in checkpoints) */
+    ag_snapshot *snap;          /* the newest published state (NULL before the first) */
+    ag_interval iv;             /* the interval in progress (saved in checkpoints) */
     /* fault injection for tests (env AL_FAULT=interval:R or stats:R): die by
      * SIGKILL halfway through round R's interval, or right after sending
      * round R's statistics (in the middle of the sync) */

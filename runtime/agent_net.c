@@ -153,14 +153,21 @@ static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
 
 /* THETA: the outer state; META: the committed round as JSON (a poll); MOMENTUM
  * is used as "register": the caller will join the round after the current one. */
+static void snapshot_free(ag_snapshot *sn) {
+    if (!sn) return;
+    free(sn->outer);
+    free(sn->meta);
+    free(sn);
+}
+
 static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
-                    char *why, size_t n) {
+                    void **ref, char *why, size_t n) {
     agent *a = u;
     pthread_mutex_lock(&a->mu);
     int st = 0;
-    ag_snapshot *sn = &a->snap[(a->snap_next + AG_SNAPSHOTS - 1) % AG_SNAPSHOTS];
+    ag_snapshot *sn = a->snap;
     int id = site_id(a, site);
-    if (!sn->meta) {
+    if (!sn) {
         snprintf(why, n, "no committed state yet");
         st = AL_ST_UNAVAILABLE;
     } else if (part == AL_STATE_THETA) {
@@ -183,8 +190,20 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
         snprintf(why, n, "state part %u: unknown", part);
         st = AL_ST_NOT_FOUND;
     }
+    if (st == 0) { /* alive until the reply is sent, however many commits later */
+        sn->refs++;
+        *ref = sn;
+    }
     pthread_mutex_unlock(&a->mu);
     return st;
+}
+
+static void hk_state_done(void *u, void *ref) {
+    agent *a = u;
+    ag_snapshot *sn = ref;
+    pthread_mutex_lock(&a->mu);
+    if (--sn->refs == 0 && sn != a->snap) snapshot_free(sn);
+    pthread_mutex_unlock(&a->mu);
 }
 
 /* ---- start and stop ---------------------------------------------------------------- */
@@ -237,7 +256,7 @@ int ag_net_start(agent *a, al_err *err) {
                         .per_peer_calls = 2,
                         .num_shards = AG_SHARD_SPACE,
                         .idle_timeout_s = c->round_deadline_s,
-                        .hooks = {a, hk_open, hk_done, hk_stats, hk_state},
+                        .hooks = {a, hk_open, hk_done, hk_stats, hk_state, hk_state_done},
                         .log = &a->log};
     int rc = al_server_start(&sc, &a->srv, err);
     if (rc) return al_err_prefix(err, "[site] listen %s", c->site_listen);
@@ -260,12 +279,8 @@ void ag_net_stop(agent *a) {
             free(a->gather[p][i].buf);
             a->reduce[p][i].buf = a->gather[p][i].buf = NULL;
         }
-    for (int i = 0; i < AG_SNAPSHOTS; i++) {
-        free(a->snap[i].outer);
-        free(a->snap[i].meta);
-        a->snap[i].outer = NULL;
-        a->snap[i].meta = NULL;
-    }
+    snapshot_free(a->snap); /* the server has stopped: nobody streams it */
+    a->snap = NULL;
 }
 
 void ag_set_round(agent *a, long r) {
@@ -311,16 +326,21 @@ int ag_publish_state(agent *a, al_err *err) {
         free(ob);
         return al_errf(err, AL_ENOMEM, "state snapshot: out of memory");
     }
-    pthread_mutex_lock(&a->mu);
-    ag_snapshot *s = &a->snap[a->snap_next];
-    free(s->outer);
-    free(s->meta);
+    ag_snapshot *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(ob);
+        free(js);
+        return al_errf(err, AL_ENOMEM, "state snapshot: out of memory");
+    }
     s->outer = ob;
     s->outer_len = ol;
     s->meta = js;
     s->meta_len = strlen(js);
     s->round = a->round;
-    a->snap_next = (a->snap_next + 1) % AG_SNAPSHOTS;
+    pthread_mutex_lock(&a->mu);
+    ag_snapshot *old = a->snap;
+    a->snap = s;
+    if (old && old->refs == 0) snapshot_free(old); /* else its last reply frees it */
     pthread_mutex_unlock(&a->mu);
     return 0;
 }
@@ -746,7 +766,10 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
                            a->name[missing], a->cfg->round_deadline_s);
         }
     }
-    pthread_mutex_unlock(&a->mu);
+    /* Decode under the lock: the slots' buffers belong to whoever holds it,
+     * and a server thread placing a newer attempt's shard frees the old one
+     * (decoding after unlocking once read a buffer being freed). A shard is a
+     * few milliseconds of work; server threads wait that long at most. */
     for (int j = 0; j < M && rc == 0; j++) {
         if (mem[j] == a->self || a->excluded[mem[j]]) continue;
         ag_slot *s = &a->reduce[p][mem[j]];
@@ -758,6 +781,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
             rc = AL_EPEER;
         }
     }
+    pthread_mutex_unlock(&a->mu);
     if (rc == 0) rc = al_mean_finish(&acc, a->part, err);
     al_mean_free(&acc);
     if (rc) return rc;
@@ -792,8 +816,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
                            a->round, a->name[missing], a->cfg->round_deadline_s);
         }
     }
-    pthread_mutex_unlock(&a->mu);
-    for (int k = 0; k < M && rc == 0; k++) {
+    for (int k = 0; k < M && rc == 0; k++) { /* under the lock, as above */
         if (k == me) continue;
         size_t klo, khi;
         shard_range(a->P, M, k, &klo, &khi);
@@ -802,10 +825,11 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
         if (rc) {
             *dead = mem[k];
             al_err_prefix(err, "round %ld: mean shard from %s refused", a->round, a->name[mem[k]]);
-            return AL_EPEER;
+            rc = AL_EPEER;
         }
     }
-    return 0;
+    pthread_mutex_unlock(&a->mu);
+    return rc;
 }
 
 int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats *stats, int *m,

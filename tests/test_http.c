@@ -232,8 +232,11 @@ static int setup(void **state) {
     al_metrics_set(&g_m, AL_M_BYTES_RAW, 21000);
     al_metrics_add(&g_m, AL_M_SYNCS, 3);
     al_metrics_peer(&g_m, "b", 3000, 2900, 0.5);
-    al_metrics_event(&g_m, "drop", "b", 2, 100);
-    return 0;
+    char *line = al_metrics_event(&g_m, "drop", "b", 2, 100); /* the event log's line */
+    int ok = line && strstr(line, "\"event\":\"drop\"") && strstr(line, "\"site\":\"b\"");
+    free(line);
+    al_metrics_peer_up(&g_m, "b", 0);
+    return ok ? 0 : -1;
 }
 
 static int teardown(void **state) {
@@ -258,6 +261,10 @@ static void test_metrics_format(void **state) {
     assert_non_null(strstr(body, "site=\"site-\\\"a\\\"\""));
     assert_true(sample(body, "autoloco_sent_bytes_total{") == 3000);
     assert_true(sample(body, "autoloco_syncs_total{") == 3);
+    /* membership: b was left out, one drop so far */
+    assert_true(sample(body, "autoloco_peer_up{") == 0);
+    assert_true(sample(body, "autoloco_events_total{") == 1);
+    assert_non_null(strstr(body, "kind=\"drop\""));
     assert_true(sample(body, "autoloco_peer_received_bytes_total{") == 2900);
     assert_true(sample(body, "autoloco_round_duration_seconds_count{") == 3);
     assert_true(

@@ -26,6 +26,7 @@ typedef struct sink {
     uint8_t *last; /* the last completed shard (owned) */
     uint64_t last_len;
     char puller[AL_SITE_MAX + 1]; /* who pulled state last */
+    int lent, returned;           /* state parts handed to the server, and given back */
     uint8_t state[300000];
 } sink;
 
@@ -56,7 +57,7 @@ static void sink_done(void *u, const al_shard_meta *m, uint8_t *dst, int complet
 }
 
 static int sink_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
-                      char *why, size_t n) {
+                      void **ref, char *why, size_t n) {
     sink *s = u;
     pthread_mutex_lock(&s->mu);
     snprintf(s->puller, sizeof s->puller, "%s", site);
@@ -67,7 +68,18 @@ static int sink_state(void *u, const char *site, uint32_t part, const uint8_t **
     }
     *data = s->state;
     *len = sizeof s->state;
+    pthread_mutex_lock(&s->mu);
+    s->lent++;
+    pthread_mutex_unlock(&s->mu);
+    *ref = s->state;
     return 0;
+}
+
+static void sink_state_done(void *u, void *ref) {
+    sink *s = u;
+    pthread_mutex_lock(&s->mu);
+    if (ref == s->state) s->returned++;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- fixture ------------------------------------------------------------------------------ */
@@ -123,7 +135,8 @@ static int setup(void **state) {
                          .hooks = {.user = &F.sk,
                                    .shard_open = sink_open,
                                    .shard_done = sink_done,
-                                   .state = sink_state},
+                                   .state = sink_state,
+                                   .state_done = sink_state_done},
                          .log = &F.log};
     if (al_server_start(&cfg, &F.srv, &err)) {
         print_error("server: %s\n", err.msg);
@@ -484,6 +497,18 @@ static void test_state_pull(void **state) {
     assert_int_equal(al_client_pull_state(c, AL_STATE_THETA, 1000, &data, &len, &err), AL_EPEER);
     assert_int_equal(al_client_last_status(c), AL_ST_OUT_OF_RANGE); /* larger than we accept */
     al_client_free(c);
+    /* every part the hook lent came back once the server stopped reading it
+     * (the refused pull too: its stream broke); the NOT_FOUND lent none */
+    int lent = 0, returned = -1;
+    for (int i = 0; i < 200 && lent != returned; i++) {
+        pthread_mutex_lock(&F.sk.mu);
+        lent = F.sk.lent;
+        returned = F.sk.returned;
+        pthread_mutex_unlock(&F.sk.mu);
+        if (lent != returned) usleep(10000);
+    }
+    assert_true(lent >= 2);
+    assert_int_equal(returned, lent);
 }
 
 /* al_cert_site on the run's own certificates (the CN, confirmed by the DNS

@@ -140,10 +140,12 @@ typedef struct al_server_hooks {
     /* Stats from a peer (validated). Return 0 or an al_status to refuse. */
     int (*stats)(void *user, const al_stats *s, char *why, size_t n);
     /* A joining peer (`site`, authenticated) asks for a part of the state:
-     * point *data at it (valid until the reply is sent: keep it alive after
-     * the hook returns) or return an al_status. */
+     * point *data at it and set *ref to whatever keeps it alive, or return an
+     * al_status. After a 0 the server calls state_done(ref) exactly once, when
+     * it no longer reads data (reply sent or stream broken). */
     int (*state)(void *user, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
-                 char *why, size_t n);
+                 void **ref, char *why, size_t n);
+    void (*state_done)(void *user, void *ref);
 } al_server_hooks;
 
 typedef struct al_server_cfg {

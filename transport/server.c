@@ -77,6 +77,7 @@ typedef struct call_ctx {
     uint64_t unattributed; /* bytes read before the peer was known */
     char cn[AL_SITE_MAX + 1];
     char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
+    int counted;      /* this call is counted in peer->active (until its status is sent) */
 } call_ctx;
 
 static void logf_(const al_server *s, al_log_level lvl, const char *fmt, ...)
@@ -157,6 +158,12 @@ static int send_msg(call_ctx *c, const ProtobufCMessage *m) {
 /* End the call with a status (and its reason), counting refusals. */
 static void finish(call_ctx *c, int st, const char *why) {
     al_server *s = c->w->srv;
+    /* uncount before the status leaves: a client that starts its next call on
+     * receiving it must not find this one still counted */
+    if (c->counted) {
+        atomic_fetch_sub(&c->peer->active, 1);
+        c->counted = 0;
+    }
     if (st) {
         atomic_fetch_add(&s->refusals[st > 16 ? 2 : st], 1);
         logf_(s, AL_LOG_WARN, "refused %s: %s: %s", c->cn[0] ? c->cn : "(unknown peer)",
@@ -543,6 +550,8 @@ static void do_ping(call_ctx *c) {
     if (send_msg(c, &rep.base) == 0) finish(c, AL_ST_OK, "");
 }
 
+static void stream_state(call_ctx *c, uint32_t part, const uint8_t *data, uint64_t len);
+
 static void do_pull_state(call_ctx *c) {
     al_server *s = c->w->srv;
     char why[WHY] = "";
@@ -555,6 +564,7 @@ static void do_pull_state(call_ctx *c) {
     }
     const uint8_t *data = NULL;
     uint64_t len = 0;
+    void *ref = NULL;
     uint32_t part = m ? (uint32_t)m->part : 0;
     char who[AL_SITE_MAX + 1] = "";
     if (m && m->site) snprintf(who, sizeof who, "%s", m->site);
@@ -564,13 +574,20 @@ static void do_pull_state(call_ctx *c) {
             snprintf(why, WHY, "state: this site serves no state");
             st = AL_ST_UNIMPLEMENTED;
         } else {
-            st = s->cfg.hooks.state(s->cfg.hooks.user, who, part, &data, &len, why, WHY);
+            st = s->cfg.hooks.state(s->cfg.hooks.user, who, part, &data, &len, &ref, why, WHY);
         }
     }
     if (st) {
         finish(c, st, why);
         return;
     }
+    stream_state(c, part, data, len);
+    if (s->cfg.hooks.state_done) s->cfg.hooks.state_done(s->cfg.hooks.user, ref);
+}
+
+/* Stream a state part in chunks; the caller releases it afterwards. */
+static void stream_state(call_ctx *c, uint32_t part, const uint8_t *data, uint64_t len) {
+    al_server *s = c->w->srv;
     pthread_mutex_lock(&s->mu);
     uint64_t round = s->round, epoch = s->epoch;
     pthread_mutex_unlock(&s->mu);
@@ -613,7 +630,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
      * calls at a time. */
     al_server *srv = w->srv;
     char why[WHY] = "";
-    int st = AL_ST_OK, counted = 0;
+    int st = AL_ST_OK;
     if (!srv->cfg.insecure && !c.cn[0]) {
         snprintf(why, sizeof why, "%s", c.cn_why[0] ? c.cn_why : "identity: no site named");
         st = AL_ST_PERMISSION_DENIED;
@@ -621,7 +638,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         snprintf(why, sizeof why, "site: '%.64s' is not a listed peer of %s", c.cn, srv->site);
         st = AL_ST_PERMISSION_DENIED;
     } else if (c.peer) {
-        counted = 1;
+        c.counted = 1;
         if (atomic_fetch_add(&c.peer->active, 1) >= srv->cfg.per_peer_calls) {
             snprintf(why, sizeof why,
                      "site: %s already has %d calls in progress here (the most one peer may hold)",
@@ -631,7 +648,6 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
     }
     if (st) {
         finish(&c, st, why);
-        if (counted) atomic_fetch_sub(&c.peer->active, 1);
         if (!c.close_seen) wait_op(&c, TAG_CLOSE);
         return;
     }
@@ -653,7 +669,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         }
     }
     if (!found) finish(&c, AL_ST_UNIMPLEMENTED, "method: unknown");
-    if (counted) atomic_fetch_sub(&c.peer->active, 1);
+    if (c.counted) atomic_fetch_sub(&c.peer->active, 1); /* (a call that never finished) */
     if (!c.close_seen) wait_op(&c, TAG_CLOSE);
 }
 
