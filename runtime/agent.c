@@ -701,7 +701,10 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
             rc = al_errf(err, AL_EIO, "[log] events: cannot open '%s'", path);
     }
     if (rc == 0 && c->dashboard_port >= 0) {
-        al_http_cfg hc = {c->dashboard_address, (int)c->dashboard_port, 64, 10};
+        al_http_cfg hc = {.address = c->dashboard_address,
+                          .port = (int)c->dashboard_port,
+                          .max_connections = 64,
+                          .timeout_s = 10};
         rc = al_http_start(&a->http, &hc, &a->met, err);
         if (rc == 0)
             al_logf(&a->log, AL_LOG_INFO, "site %s: dashboard at http://%s:%d/", c->site_name,

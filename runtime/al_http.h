@@ -20,10 +20,13 @@
 typedef struct al_http al_http;
 
 typedef struct al_http_cfg {
-    const char *address; /* IPv4 literal, default 127.0.0.1 */
-    int port;            /* 0: pick a free port (see al_http_port) */
-    int max_connections; /* default 64 */
-    int timeout_s;       /* idle connection timeout, default 10 */
+    const char *address;   /* IPv4 literal, default 127.0.0.1 */
+    int port;              /* 0: pick a free port (see al_http_port) */
+    int max_connections;   /* default 64 */
+    int timeout_s;         /* idle connection timeout, default 10 */
+    int max_per_client;    /* connections one address may hold, default max_connections / 4 */
+    double head_timeout_s; /* a request head must be complete this long after the connection
+                            * opened or its last response went out, default 5 */
 } al_http_cfg;
 
 int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *err);

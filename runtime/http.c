@@ -4,14 +4,108 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* Slow clients. libmicrohttpd's timeout is an idle timeout: a client that
+ * sends one header line every few seconds keeps its connection (and with
+ * enough of them, every connection slot) for as long as it likes. So the
+ * server also gives each request head a deadline: a watchdog thread shuts
+ * down a connection whose head is not complete head_s after the connection
+ * opened or its previous response was sent. And one address may hold at most
+ * a quarter of the slots. */
+#define HEAD_S 5.0
+
+typedef struct conn {
+    int fd;
+    double t0;       /* when the head now awaited began */
+    int head_wanted; /* waiting for a request head */
+} conn;
 
 struct al_http {
     struct MHD_Daemon *d;
     al_metrics *m;
     int port;
+    pthread_mutex_t mu; /* guards conns, nconns, stop */
+    conn *conns;
+    int nconns, maxc, stop;
+    double head_s;
+    pthread_t watchdog;
+    int watching;
 };
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+/* Mark the connection on fd: head = 1 waits for a head from now, 0 has one. */
+static void conn_mark(al_http *h, int fd, int head) {
+    pthread_mutex_lock(&h->mu);
+    for (int i = 0; i < h->nconns; i++)
+        if (h->conns[i].fd == fd) {
+            h->conns[i].head_wanted = head;
+            h->conns[i].t0 = mono_now();
+        }
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)socket_context;
+    al_http *h = cls;
+    int fd = conn_fd(c);
+    if (fd < 0) return;
+    pthread_mutex_lock(&h->mu);
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED && h->nconns < h->maxc) {
+        h->conns[h->nconns++] = (conn){fd, mono_now(), 1};
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        for (int i = 0; i < h->nconns; i++)
+            if (h->conns[i].fd == fd) {
+                h->conns[i] = h->conns[--h->nconns];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* A response went out: the next request's head is awaited from now. */
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)con_cls;
+    (void)toe;
+    int fd = conn_fd(c);
+    if (fd >= 0) conn_mark(cls, fd, 1);
+}
+
+static void *watchdog_main(void *arg) {
+    al_http *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        double now = mono_now();
+        for (int i = 0; i < h->nconns; i++)
+            if (h->conns[i].head_wanted && now - h->conns[i].t0 > h->head_s) {
+                shutdown(h->conns[i].fd, SHUT_RDWR); /* MHD sees the end and closes it */
+                h->conns[i].head_wanted = 0;
+            }
+        pthread_mutex_unlock(&h->mu);
+        struct timespec nap = {0, 200 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&h->mu);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned code, const char *type, char *body,
                              enum MHD_ResponseMemoryMode mode) {
@@ -39,6 +133,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*con_cls == NULL) {
         static int marker;
         *con_cls = &marker;
+        int fd = conn_fd(c);
+        if (fd >= 0) conn_mark(h, fd, 0); /* the head is complete */
         if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
             return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain",
                          (char *)"method not allowed: this server is read-only\n",
@@ -85,13 +181,26 @@ int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *
     h->m = m;
     unsigned maxc = (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 64);
     unsigned tmo = (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 10);
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL,
-                            on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_CONNECTION_LIMIT, maxc, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                            maxc, MHD_OPTION_CONNECTION_TIMEOUT, tmo,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384, MHD_OPTION_END);
-    if (!h->d) {
+    unsigned per_ip = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : AL_MAX(1, maxc / 4);
+    h->maxc = (int)maxc;
+    h->head_s = cfg->head_timeout_s > 0 ? cfg->head_timeout_s : HEAD_S;
+    h->conns = calloc(maxc, sizeof *h->conns);
+    pthread_mutex_init(&h->mu, NULL);
+    if (!h->conns || pthread_create(&h->watchdog, NULL, watchdog_main, h) != 0) {
+        pthread_mutex_destroy(&h->mu);
+        free(h->conns);
         free(h);
+        return al_errf(err, AL_ENOMEM, "http: cannot start the connection watchdog");
+    }
+    h->watching = 1;
+    h->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request, h,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, maxc,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, tmo,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384, MHD_OPTION_NOTIFY_CONNECTION,
+        on_connection, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    if (!h->d) {
+        al_http_stop(h);
         return al_errf(err, AL_EIO, "dashboard: cannot listen on %s:%d (in use or not permitted)",
                        addr, cfg->port);
     }
@@ -107,6 +216,14 @@ int al_http_port(const al_http *h) {
 
 void al_http_stop(al_http *h) {
     if (!h) return;
-    MHD_stop_daemon(h->d);
+    if (h->d) MHD_stop_daemon(h->d);
+    if (h->watching) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = 1;
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->watchdog, NULL);
+    }
+    pthread_mutex_destroy(&h->mu);
+    free(h->conns);
     free(h);
 }
