@@ -15,8 +15,7 @@
  * enough of them, every connection slot) for as long as it likes. So the
  * server also gives each request head a deadline: a watchdog thread shuts
  * down a connection whose head is not complete head_s after the connection
- * opened or its previous response was sent. And one address may hold at most
- * a quarter of the slots. */
+ * opened or its previous response was sent. */
 #define HEAD_S 5.0
 
 typedef struct conn {
@@ -181,7 +180,11 @@ int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *
     h->m = m;
     unsigned maxc = (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 64);
     unsigned tmo = (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 10);
-    unsigned per_ip = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : AL_MAX(1, maxc / 4);
+    /* no separate per-address limit by default: behind a proxy every client
+     * has one address, and libmicrohttpd's per-address count lagged the
+     * connections it had closed (the Chromium test was refused at 32 with two
+     * connections open); the head deadline is what frees slow clients' slots */
+    unsigned per_ip = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : maxc;
     h->maxc = (int)maxc;
     h->head_s = cfg->head_timeout_s > 0 ? cfg->head_timeout_s : HEAD_S;
     h->conns = calloc(maxc, sizeof *h->conns);

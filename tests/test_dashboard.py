@@ -127,6 +127,24 @@ try:
             time.sleep(0.3)
         check(parts, f"syncs avoided ({page2[0]}) and codec saving ({page2[1]}%) on the page = "
               f"/api/v1/status ({st['syncs_avoided']:.2f}, {st['saved_by_codec_pct']:.2f}%)")
+        # membership (issue 17): the peer table says b is a member and when it
+        # was last seen, as /api/v1/status and /metrics do
+        member = False
+        for _ in range(40):
+            rows = drv.execute_script(
+                "return Array.from(document.querySelectorAll('#peers tbody tr'))"
+                ".map(r => [r.getAttribute('data-peer'), r.getAttribute('data-up'), r.innerText])")
+            st = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())
+            prom = urllib.request.urlopen(url + "metrics", timeout=5).read().decode()
+            b = [p for p in st["peers"] if p["peer"] == "b"]
+            if rows and rows[0][0] == "b" and rows[0][1] == "true" and "up" in rows[0][2] \
+                    and b and b[0]["up"] is True and b[0]["last_seen"] \
+                    and 'autoloco_peer_up{site="a",peer="b"} 1' in prom:
+                member = True
+                break
+            time.sleep(0.3)
+        check(member, f"peer table shows b as a member with its last-seen time, as the status "
+              f"and /metrics do: {rows}")
         drv.save_screenshot(os.path.join(shots, "dashboard.png"))
         # /metrics carries the same byte totals as the agent's status
         same = False
