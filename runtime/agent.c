@@ -390,9 +390,9 @@ static int round_once(agent *a, double *eval, al_err *err) {
     /* Δ = θ_global − θ_local and my statistics */
     double dsq = 0;
     if ((rc = al_pseudo_grad(a->delta, a->outer.theta, theta_local(a), a->P, &dsq, err))) return rc;
-    if (a->fault_poison != 0) { /* test hook: a poisoning member; a liar reports its honest norm */
+    if (a->fault_poison != 0) { /* test hook: a poisoning member (it reports its norm) */
         for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_poison;
-        if (!a->fault_liar) dsq = a->fault_poison * a->fault_poison * (double)a->P;
+        dsq = a->fault_poison * a->fault_poison * (double)a->P;
     }
     al_site_stats mine = {.site = a->self,
                           .steps = a->iv.steps,
@@ -562,10 +562,6 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "badstats:", 9)) a->fault_badstats = atol(fault + 9);
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
-    if (fault && !strncmp(fault, "liar:", 5)) {
-        a->fault_poison = atof(fault + 5);
-        a->fault_liar = 1;
-    }
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);

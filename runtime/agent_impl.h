@@ -125,7 +125,6 @@ typedef struct agent {
     long fault_badtokens;        /* statistics with one inner step too many / with
                                   * tokens 2^64-1 (a lying peer) */
     double fault_poison;         /* AL_FAULT=poison:V: send V in every element of Δ */
-    int fault_liar;              /* AL_FAULT=liar:V: the same, reporting the honest norm */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
     /* robust aggregation: members of the committed round whose Δ was left out
      * of the mean ([outer] max_delta_ratio) */

@@ -251,17 +251,15 @@ for s in a b; do conf r2e-ref $s "a b"; done
 start r2e-ref a
 start r2e-ref b
 await "$PID_a" 400 && await "$PID_b" 400 || no "poison reference run failed: $(tail -n 2 r2e-ref/*.log)"
-for guard in on off liar; do
+for guard in on off; do
     dir=r2e-$guard
     PORTS=($(port) $(port) $(port))
     for s in a b c; do conf $dir $s "a b c"; done
     extra=()
-    fault=poison:50
     [[ $guard == off ]] && extra=(--set outer.max_delta_ratio=0)
-    [[ $guard == liar ]] && fault=liar:50 # sends 50s, reports its honest norm
     start $dir a "${extra[@]}"
     start $dir b "${extra[@]}"
-    AL_FAULT=$fault start $dir c "${extra[@]}"
+    AL_FAULT=poison:50 start $dir c "${extra[@]}"
     rc=0
     await "$PID_a" 400 || rc=1
     await "$PID_b" 400 || rc=1
@@ -277,14 +275,6 @@ if [[ $rc_on -eq 0 && -n $ha && $ha == "$hb" ]] && grep -q "leaving c's update o
     ok "poisoning: c's 50x update left out with a log line; a and b agree and end within 2% of a run without c ($on vs $ref)"
 else
     no "poisoning: status $rc_on, hashes $ha $hb, eval $on vs $ref: $(grep -h 'leaving\|error' r2e-on/a.log | head -3)"
-fi
-liar=$(evl r2e-liar/run-a/summary.json)
-ha=$(hash_of r2e-liar/run-a/summary.json) hb=$(hash_of r2e-liar/run-b/summary.json)
-if [[ $rc_liar -eq 0 && -n $ha && $ha == "$hb" ]] && grep -q "shard from c refused: its part's norm" r2e-liar/a.log &&
-    python3 -c "import sys; r, x = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(x - r) > 0.02 * r)" "$ref" "$liar"; then
-    ok "poisoning by a liar (small norm reported, 50x sent): its shard refused, a and b agree, eval $liar vs $ref"
-else
-    no "liar: status $rc_liar, hashes $ha $hb, eval $liar vs $ref: $(grep -h 'refused\|error' r2e-liar/a.log | head -3)"
 fi
 if python3 -c "import sys; r, off = float(sys.argv[1]), sys.argv[2]; sys.exit(not (off in ('', 'None') or float(off) > 1.5 * r))" "$ref" "$off"; then
     ok "poisoning with the guard off: the model is wrecked (eval $off vs $ref), so the check above can fail"
