@@ -27,6 +27,10 @@ const char *al_mode_name(al_engine_mode m) {
 
 /* Scalars each worker publishes at minibatch end (al_shm_scalars). */
 enum { SC_SUMSQ, SC_LOSS, SC_STOP };
+/* The run's job words (al_shm_job): the parent writes the first two, worker 0
+ * the step the run ended at (earlier than JOB_UNTIL after a stop request). */
+enum { JOB_FROM, JOB_UNTIL, JOB_ENDED };
+_Static_assert(JOB_ENDED < AL_SHM_JOB_STOP, "job words overlap the stop word");
 
 static size_t align16(size_t n) {
     return (n + 15) / 16 * 16;
@@ -463,8 +467,8 @@ static void worker_close(worker *k) {
 static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {
     al_odc *e = ctx;                    /* this process's copy: e->step advances here only */
     const int64_t *job = al_shm_job(s); /* where the parent wants this run to go */
-    e->step = (long)job[0];
-    e->run_until = (long)job[1];
+    e->step = (long)job[JOB_FROM];
+    e->run_until = (long)job[JOB_UNTIL];
     worker k = {.e = e, .s = s, .w = w, .W = s->W, .L = e->cfg.L, .err = err};
     al_threads_set(e->o.threads);
     int budget = e->o.bal.budget, rc;
@@ -499,7 +503,7 @@ static int worker_run(al_shm *s, int w, void *ctx, al_err *err) {
         rc = step(&k, &plan);
         if (rc == 0 && w == 0 && e->on_step) e->on_step(e->on_step_ctx, al_odc_stats(e, e->step));
     }
-    if (rc == 0 && w == 0) al_shm_job(s)[2] = e->step; /* where the run ended */
+    if (rc == 0 && w == 0) al_shm_job(s)[JOB_ENDED] = e->step;
     if (rc == 0 && k.sharded) rc = sync_state(&k, 0);
     e->peak_gathered[w] = k.peak;
 out:
@@ -517,12 +521,12 @@ int al_odc_start(al_odc *e, al_err *err) {
 int al_odc_run(al_odc *e, long steps, al_err *err) {
     e->run_until = e->step + steps;
     int64_t *job = al_shm_job(&e->shm);
-    job[0] = e->step;
-    job[1] = e->run_until;
-    job[2] = e->step;
+    job[JOB_FROM] = e->step;
+    job[JOB_UNTIL] = e->run_until;
+    job[JOB_ENDED] = e->step;
     int rc = al_shm_run(&e->shm, worker_run, e, err);
     if (rc) return rc;
-    e->run_until = (long)job[2]; /* earlier than asked if e->shm.stop was raised */
+    e->run_until = (long)job[JOB_ENDED]; /* earlier than asked if e->shm.stop was raised */
     /* The workers advanced their copies of the source; replay it here so the
      * next run continues where they stopped. */
     for (long s = e->step; s < e->run_until && rc == 0; s++) {

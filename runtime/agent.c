@@ -377,7 +377,6 @@ void ag_event(agent *a, const char *kind, const char *site) {
     char *line = al_metrics_event(&a->met, kind, site, a->round, a->step);
     log_event_line(a, line);
     free(line);
-    if (!strcmp(kind, "drop")) al_metrics_peer_up(&a->met, site, 0);
 }
 
 static int round_once(agent *a, double *eval, al_err *err) {

@@ -346,6 +346,13 @@ static void describe_exit(char *out, size_t n, int w, pid_t pid, int st) {
         snprintf(out, n, "worker %d (pid %d) exited with status %d", w, (int)pid, WEXITSTATUS(st));
 }
 
+/* Tell the pool's workers to exit: those asleep wake and leave at once. */
+static void post_quit(al_shm_ctl *c) {
+    atomic_store(&c->quit, 1);
+    atomic_fetch_add(&c->job, 1);
+    futex_wake_all(&c->job);
+}
+
 /* Watch the workers until every one of them has exited, or (pool) counted
  * itself done. A worker that ends abnormally aborts the run; the others then
  * leave their barriers with AL_EPEER and exit; whoever is still there after
@@ -379,11 +386,7 @@ static void watch(al_shm *s, const pid_t *pids, int *alive, int pool) {
         if (pool && !atomic_load(&c->abort) && atomic_load(&c->done) == (unsigned)s->W) break;
         if (atomic_load(&c->abort) && kill_at == 0) {
             kill_at = al_now() + s->grace_s;
-            if (pool) { /* the idle ones leave at once */
-                atomic_store(&c->quit, 1);
-                atomic_fetch_add(&c->job, 1);
-                futex_wake_all(&c->job);
-            }
+            if (pool) post_quit(c); /* the idle ones leave at once */
         }
         if (kill_at > 0 && al_now() > kill_at) {
             for (int w = 0; w < s->W; w++)
@@ -480,10 +483,7 @@ int al_shm_pool_start(al_shm *s, al_shm_worker_fn fn, void *ctx, al_err *err) {
 
 void al_shm_pool_stop(al_shm *s) {
     if (!s->pool) return;
-    al_shm_ctl *c = s->ctl;
-    atomic_store(&c->quit, 1);
-    atomic_fetch_add(&c->job, 1);
-    futex_wake_all(&c->job);
+    post_quit(s->ctl);
     double kill_at = al_now() + s->grace_s;
     for (int w = 0; w < s->W; w++) {
         while (s->pool_alive[w]) {
