@@ -410,18 +410,17 @@ static int round_once(agent *a, double *eval, al_err *err) {
     if ((rc = ag_exchange(a, &mine, members, stats, &M, err))) return rc;
     double t_comm = al_now();
     /* commit: identical inputs on every member give identical outputs */
-    al_round_stats rs;
-    double mdsq = al_sq_norm(a->dbar, a->P);
     al_site_stats in_mean[AG_MAX_SITES];
     int n_in = 0;
     for (int j = 0; j < M; j++)
         if (!a->excluded[members[j]]) in_mean[n_in++] = stats[j];
-    if ((rc = al_round_stats_combine(&rs, a->round, in_mean, n_in, mdsq, err))) return rc;
-    int64_t h_next = h;
-    double comm_floor = al_policy_comm_floor(a->pol, &rs);
-    if ((rc = al_policy_next_interval(a->pol, &rs, &h_next, err))) return rc;
-    double s_r = a->progress_lr ? rs.lr_sum : (double)rs.steps;
-    if ((rc = al_outer_step(&a->outer, a->dbar, s_r, err))) return rc;
+    al_commit_decision d;
+    if ((rc = al_commit_decide(a->pol, in_mean, n_in, a->dbar, a->P, a->round, h, &d, err)))
+        return rc;
+    if ((rc = al_commit_step(&a->outer, a->dbar, &d, a->progress_lr, err))) return rc;
+    const al_round_stats rs = d.rs;
+    int64_t h_next = d.h_next;
+    double comm_floor = d.comm_floor;
     memcpy(theta_local(a), a->outer.theta, a->P * sizeof(float));
     if (a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h;
     /* membership events, from the change against the last round: a peer in
@@ -568,8 +567,9 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     int rc = al_agent_check_config(c, err);
     if (rc == 0) rc = load_sites(a, c, err);
     if (rc == 0) rc = make_policy(a, c, err);
-    a->codec.block = 128; /* values per absmax scale for int8/int4 */
-    if (rc == 0) rc = al_codec_parse(c->outer_codec, &a->codec, err);
+    al_codec_cfg codec = {.block = 128}; /* values per absmax scale for int8/int4 */
+    if (rc == 0) rc = al_codec_parse(c->outer_codec, &codec, err);
+    if (rc == 0) rc = al_commit_codec_init(&a->cc, &codec, err);
     if (rc == 0) rc = al_model_preset(&a->mc, c->model_preset, err);
     if (rc) return rc;
     a->h_base = policy_h_base(a->pol);
@@ -589,8 +589,9 @@ static int setup(agent *a, const al_config *c, al_err *err) {
         return rc;
     a->P = a->tr.model.lay.nparams;
     /* Every site starts from the same weights ([inner] seed) but reads its own
-     * order of the data: the loader's seed is mixed with the site's name. */
-    uint64_t data_seed = al_fnv1a64(c->site_name, strlen(c->site_name), a->o.seed + 1);
+     * order of the data: the loader's seed is mixed with the site's index
+     * among the run's sites (sorted by name), as the simulator's site m. */
+    uint64_t data_seed = al_site_data_seed(a->o.seed, a->self);
     al_loader_free(&a->tr.train);
     if ((rc = al_loader_init(&a->tr.train, &a->train, a->o.packing, 1, data_seed, err))) return rc;
     if (a->workers > 1) {
@@ -657,7 +658,7 @@ static void teardown(agent *a) {
     free(a->delta);
     free(a->dbar);
     free(a->part);
-    free(a->enc);
+    al_commit_codec_free(&a->cc);
     al_metrics_free(&a->met);
     pthread_mutex_destroy(&a->mu);
     pthread_cond_destroy(&a->cv);

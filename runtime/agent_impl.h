@@ -9,6 +9,7 @@
 
 #include "al_agent.h"
 #include "al_codec.h"
+#include "al_commit.h"
 #include "al_http.h"
 #include "al_metrics.h"
 #include "al_odc.h"
@@ -84,7 +85,7 @@ typedef struct agent {
     /* the outer loop */
     al_outer outer;
     al_policy *pol;
-    al_codec_cfg codec;
+    al_commit_codec cc; /* the codec and its encode buffer */
     long round, step, h;
     int live[AG_MAX_SITES];      /* members of the last committed round */
     int ever_live[AG_MAX_SITES]; /* ... of any round this process committed */
@@ -93,8 +94,6 @@ typedef struct agent {
     long h_hist[4096];
     int nh;
     float *delta, *dbar, *part;
-    uint8_t *enc;
-    size_t enc_cap;
     double bytes_raw;
     double recv_base;             /* bytes received before a --resume (the servers count from 0) */
     double peer_tx[AG_MAX_SITES]; /* client bytes counted so far, per peer */

@@ -45,12 +45,13 @@ static ag_slot *slot_for(agent *a, const al_shard_meta *m, int sender) {
 }
 
 /* The most bytes shard k of M may take encoded: its values (P·(k+1)/M −
- * P·k/M, as shard_range cuts them) at the codec's worst case. 0 if M or k
+ * P·k/M, as al_shard_range cuts them) at the codec's worst case. 0 if M or k
  * cannot be a shard of this run. */
 static uint64_t shard_max_bytes(const agent *a, int M, int k) {
     if (M < 1 || M > a->nsites || k < 0 || k >= M) return 0;
-    size_t lo = a->P * (size_t)k / (size_t)M, hi = a->P * (size_t)(k + 1) / (size_t)M;
-    return al_codec_max_encoded(&a->codec, hi - lo);
+    size_t lo, hi;
+    al_shard_range(a->P, M, k, &lo, &hi);
+    return al_codec_max_encoded(&a->cc.cfg, hi - lo);
 }
 
 static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, size_t n) {
@@ -563,11 +564,6 @@ int ag_join(agent *a, al_err *err) {
 
 /* ---- the round's exchange ------------------------------------------------------------- */
 
-static void shard_range(size_t P, int M, int k, size_t *lo, size_t *hi) {
-    *lo = P * (size_t)k / (size_t)M;
-    *hi = P * (size_t)(k + 1) / (size_t)M;
-}
-
 /* Send our statistics; a peer that is momentarily a round behind (it is still
  * joining) answers FAILED_PRECONDITION: try again until the round deadline. */
 /* A peer's statistics fit this round: valid on their own (finite, in range),
@@ -628,17 +624,6 @@ static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err
     return al_client_push_stats(a->cli[peer], &s, err);
 }
 
-static int encode(agent *a, const float *x, size_t n, size_t *len, al_err *err) {
-    size_t need = al_codec_max_encoded(&a->codec, n);
-    if (need > a->enc_cap) {
-        uint8_t *nb = realloc(a->enc, need);
-        if (!nb) return al_errf(err, AL_ENOMEM, "codec: out of memory (%zu bytes)", need);
-        a->enc = nb;
-        a->enc_cap = need;
-    }
-    return al_codec_encode(&a->codec, x, n, a->enc, a->enc_cap, len, err);
-}
-
 static int push_shard(agent *a, int peer, uint32_t phase, int k, int M, size_t len, al_err *err) {
     al_shard_meta m;
     memset(&m, 0, sizeof m);
@@ -648,10 +633,10 @@ static int push_shard(agent *a, int peer, uint32_t phase, int k, int M, size_t l
     m.shard_id = (uint32_t)ag_shard_code(M, k);
     m.num_shards = AG_SHARD_SPACE;
     m.total_bytes = len;
-    m.codec = a->codec.kind;
-    m.zstd = a->codec.zstd;
-    m.shard_checksum = al_xxh64(a->enc, len, 0);
-    int rc = al_client_push_shard(a->cli[peer], &m, a->enc, err);
+    m.codec = a->cc.cfg.kind;
+    m.zstd = a->cc.cfg.zstd;
+    m.shard_checksum = al_xxh64(a->cc.enc, len, 0);
+    int rc = al_client_push_shard(a->cli[peer], &m, a->cc.enc, err);
     /* A retried push whose first try did arrive (its reply was lost or late):
      * the peer holds this very shard -- the same sender, round and id, hence
      * the same bytes -- so it is done. */
@@ -681,38 +666,33 @@ static int moved_on(agent *a, int p, int M) {
 }
 #define AG_PROBE (-2) /* *dead: a peer moved on; find out who is gone */
 
-/* One attempt with the given members; on failure *dead names a site to drop
- * (or is AG_PROBE). Waits at most wait_s per phase. */
 /* Robust aggregation ([outer] max_delta_ratio = k): a member whose ‖Δ^m‖ is
  * more than k × the median over the members is left out of the mean (it stays
  * a member: it sends and receives shards and gets the same θ_global). The
  * decision uses only the members' statistics, so every member makes it alike;
- * it needs M >= 3 (with two, neither is an outlier of the other). Sets
- * a->excluded and logs each exclusion once per attempt. */
+ * it needs M >= 3 (with two, neither is an outlier of the other). The rule is
+ * al_commit_outliers, shared with the simulator. Sets a->excluded and logs
+ * each exclusion once per attempt. */
 static void robust_filter(agent *a, const int *mem, const al_site_stats *stats, int M) {
     memset(a->excluded, 0, sizeof a->excluded);
-    double k = a->cfg->outer_max_delta_ratio;
-    if (k <= 0 || M < 3) return;
-    double norm[AG_MAX_SITES], sorted[AG_MAX_SITES];
-    for (int j = 0; j < M; j++) sorted[j] = norm[j] = sqrt(stats[j].delta_sq);
-    for (int i = 1; i < M; i++) /* insertion sort: M is small */
-        for (int j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
-            double t = sorted[j];
-            sorted[j] = sorted[j - 1];
-            sorted[j - 1] = t;
-        }
-    double med = M % 2 ? sorted[M / 2] : 0.5 * (sorted[M / 2 - 1] + sorted[M / 2]);
-    if (!(med > 0)) return;
+    int out[AG_MAX_SITES];
+    double med;
+    if (al_commit_outliers(stats, M, a->cfg->outer_max_delta_ratio, out, &med) == 0) return;
     for (int j = 0; j < M; j++)
-        if (norm[j] > k * med) {
+        if (out[j]) {
+            double norm = sqrt(stats[j].delta_sq);
             a->excluded[mem[j]] = 1;
             al_logf(&a->log, AL_LOG_WARN,
                     "round %ld: leaving %s's update out of the mean: |delta| %.4g is %.1f x the "
                     "median %.4g of %d sites ([outer] max_delta_ratio = %g)",
-                    a->round, a->name[mem[j]], norm[j], norm[j] / med, med, M, k);
+                    a->round, a->name[mem[j]], norm, norm / med, med, M,
+                    a->cfg->outer_max_delta_ratio);
         }
 }
 
+/* One attempt with the given members; on failure *dead names a site to drop
+ * (or is AG_PROBE). Waits at most wait_s per phase. The numbers are those of
+ * al_commit_exchange (al_commit.h), computed across processes. */
 static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al_err *err) {
     int me = 0;
     while (mem[me] != a->self) me++;
@@ -720,17 +700,17 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     int p = (int)(a->round & 1);
     /* reduce-scatter: my shard k goes to its owner */
     al_mean acc;
-    shard_range(a->P, M, me, &lo, &hi);
+    al_shard_range(a->P, M, me, &lo, &hi);
     int rc = al_mean_init(&acc, a->nsites, hi - lo, err);
     if (rc) return rc;
     for (int k = 0; k < M && rc == 0; k++) {
         size_t klo, khi, len;
-        shard_range(a->P, M, k, &klo, &khi);
-        rc = encode(a, a->delta + klo, khi - klo, &len, err);
+        al_shard_range(a->P, M, k, &klo, &khi);
+        rc = al_commit_encode(&a->cc, a->delta + klo, khi - klo, &len, err);
         if (rc) break;
         a->bytes_raw += (double)(khi - klo) * 4.0 * (mem[k] == a->self ? 0 : 1);
         if (mem[k] == a->self) {
-            rc = al_codec_decode(a->enc, len, a->part, khi - klo, err);
+            rc = al_codec_decode(a->cc.enc, len, a->part, khi - klo, err);
             if (rc == 0 && !a->excluded[a->self]) rc = al_mean_add(&acc, a->self, a->part, err);
         } else if (push_shard(a, mem[k], AL_PHASE_REDUCE, k, M, len, err) != 0) {
             *dead = mem[k];
@@ -787,8 +767,8 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     if (rc) return rc;
     /* all-gather: encode the mean once, decode it here too, send the same bytes */
     size_t len;
-    if ((rc = encode(a, a->part, hi - lo, &len, err))) return rc;
-    if ((rc = al_codec_decode(a->enc, len, a->dbar + lo, hi - lo, err))) return rc;
+    if ((rc = al_commit_encode(&a->cc, a->part, hi - lo, &len, err))) return rc;
+    if ((rc = al_codec_decode(a->cc.enc, len, a->dbar + lo, hi - lo, err))) return rc;
     for (int j = 0; j < M; j++) {
         if (mem[j] == a->self) continue;
         a->bytes_raw += (double)(hi - lo) * 4.0;
@@ -819,7 +799,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     for (int k = 0; k < M && rc == 0; k++) { /* under the lock, as above */
         if (k == me) continue;
         size_t klo, khi;
-        shard_range(a->P, M, k, &klo, &khi);
+        al_shard_range(a->P, M, k, &klo, &khi);
         ag_slot *s = &a->gather[p][mem[k]];
         rc = al_codec_decode(s->buf, s->meta.total_bytes, a->dbar + klo, khi - klo, err);
         if (rc) {

@@ -3,22 +3,26 @@
  *
  * Each simulated site is a real model replica with its own AdamW state and its
  * own data shard (al_trainer). Every round, each site runs H inner steps; the
- * sim then does what the agents would do over the wire, with the same code:
- * the pseudo-gradients Δ^m (al_pseudo_grad), the codec's round trip, the mean
- * in site order (al_mean, contributions added in a shuffled "arrival" order),
- * the round's statistics, the outer step on *every site's own replica* of the
- * outer state (their SHA-256 must agree, as the real handshake checks), and
- * the policy's next H. Only the network is missing: a WAN model (bandwidth,
- * round-trip time) turns the measured compute seconds and the bytes a site
- * would send into a projected wall-clock time.
+ * sim then does what the agents do over the wire, with the agents' own code
+ * (al_commit.h): the pseudo-gradients Δ^m (al_pseudo_grad), the outliers left
+ * out (al_commit_outliers), the exchange shard by shard through the real
+ * codec (al_commit_exchange: encode, decode, the mean in site order, the
+ * mean encoded and decoded), the policy's decision (al_commit_decide) and the
+ * outer step on *every site's own replica* of the outer state (al_commit_step;
+ * their SHA-256 must agree). Site m reads its data in the order of
+ * al_site_data_seed(seed, m), as the agent whose name sorts m-th. Only the
+ * network is missing: a WAN model (bandwidth, round-trip time) turns the
+ * measured compute seconds and the encoded bytes each site sends into a
+ * projected wall-clock time.
  *
  * Sites run one after another on this machine, so a round's projected compute
  * time is the slowest site's measured time, not the sum.
  *
- * The WAN model, per round: each site reduce-scatters its Δ (M−1 shards of
- * P/M) and all-gathers the mean (M−1 shards back), i.e. sends
- * 2·(M−1)/M · P · bits/8 bytes, and the two phases cost one RTT each:
- *     t_round = max_m compute_m + 2·RTT + bytes_per_site / bandwidth.
+ * The WAN model, per round: each site reduce-scatters its Δ (M−1 encoded
+ * shards of P/M values) and all-gathers the mean (its encoded shard M−1 times),
+ * i.e. sends about 2·(M−1)/M · P · bits/8 bytes plus a 48-byte header per
+ * shard (measured: the encoded sizes), and the two phases cost one RTT each:
+ *     t_round = max_m compute_m + 2·RTT + max_m bytes_m / bandwidth.
  * DDP: the same all-reduce after every step, with the step's compute.
  *
  * Determinism: with the same options, seed and thread count, a run gives the
@@ -30,27 +34,10 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "al_codec.h"
 #include "al_outer.h"
 #include "al_policy.h"
 #include "al_train.h"
-
-/* The codec applied to each pseudo-gradient before the mean. `bits` is what a
- * parameter costs on the wire (quantised value plus its share of the block
- * scales) and prices the bytes; roundtrip, when not NULL, quantises and
- * dequantises x in place so the mean sees the codec's error.
- * TODO(codec): when outer/al_codec.h lands, build this from it (encode + zstd
- * + decode, bytes = the encoded size) instead of the stand-ins below. */
-typedef struct al_sim_codec {
-    char name[16];
-    double bits;
-    int (*roundtrip)(void *ctx, float *x, size_t n, al_err *err);
-    void *ctx;
-} al_sim_codec;
-
-/* Stand-ins by name: fp32 (lossless, 32 bits), bf16 (round to nearest even,
- * 16), int8 and int4 (per-block absmax scale over 128 values: 8 + 32/128 and
- * 4 + 32/128 bits). No zstd. AL_ENOTFOUND for other names. */
-int al_sim_codec_builtin(al_sim_codec *c, const char *name, al_err *err);
 
 /* The unit in which the AutoLoCo correction measures an interval's progress
  * (the S_r passed to al_outer_step, and S_ref):
@@ -83,9 +70,10 @@ typedef struct al_sim_opts {
     bool ddp;           /* reference: one model, gradients averaged every step */
     al_outer_cfg outer; /* .s_ref 0: h_base·lr (LR) or h_base (STEPS) */
     al_sim_progress progress;
-    al_policy *policy; /* configured, not started (the sim starts it); not owned. Unused by ddp */
-    al_sim_codec codec;
-    double bandwidth_bps; /* bits per second of each site's link */
+    al_policy *policy;  /* configured, not started (the sim starts it); not owned. Unused by ddp */
+    al_codec_cfg codec; /* the pseudo-gradients' codec, as the agent's [outer] codec */
+    double max_delta_ratio; /* as [outer] max_delta_ratio: outliers left out (0: off) */
+    double bandwidth_bps;   /* bits per second of each site's link */
     double rtt_s;
     int eval_every;   /* evaluate θ_global every N rounds into the JSONL (0: at the end only) */
     int eval_batches; /* validation microbatches per evaluation (0: the whole split) */
@@ -96,16 +84,16 @@ typedef struct al_sim_opts {
     long nan_round; /* -1: off */
 } al_sim_opts;
 
-/* Defaults: 4 IID sites, the outer defaults, progress in steps, fp32, 1 Gbit/s,
- * 50 ms, no faults.
+/* Defaults: 4 IID sites, the outer defaults, progress in steps, fp32 (block
+ * 128, as the agent), max_delta_ratio 4, 1 Gbit/s, 50 ms, no faults.
  * model/train/policy must still be filled in. */
 void al_sim_opts_default(al_sim_opts *o);
 
 typedef struct al_sim_result {
     long syncs;              /* outer rounds (DDP: steps) */
     long steps;              /* inner steps per site */
-    double bytes;            /* bytes sent over the WAN, summed over sites */
-    double bytes_per_site;   /* bytes one site sent */
+    double bytes;            /* encoded bytes sent over the WAN, summed over sites */
+    double bytes_per_site;   /* bytes / sites */
     double final_eval_loss;  /* of θ_global after the last round */
     double final_train_loss; /* mean train loss over the last interval */
     long *h_history;         /* [n_h] the H of each round as run (the last may be cut short) */
@@ -126,9 +114,6 @@ void al_sim_result_free(al_sim_result *r);
 /* Run a simulation over loaded token files (val: for the eval loss). */
 int al_sim_run(const al_sim_opts *o, const al_tokens *train, const al_tokens *val,
                al_sim_result *res, al_err *err);
-
-/* The data-order seed of site m for a run seed (the init seed is the run seed). */
-uint64_t al_sim_site_seed(uint64_t seed, int m);
 
 /* The projected time of a run with `syncs` rounds, `compute_s` of compute and
  * `bytes_per_site` sent by each site, on a link of bandwidth_bps and rtt_s. */

@@ -5,7 +5,9 @@
  * [inner] (al_config), plus
  *   [sim]    sites, scenario, shift_at, iid, codec, eval_every, progress
  *   [wan]    bandwidth_mbit, rtt_ms
- *   [outer]  lr, momentum, correction, s_ref   (al_outer_cfg_set)
+ *   [outer]  lr, momentum, correction, s_ref   (al_outer_cfg_set), and the
+ *            agent's codec and max_delta_ratio ([sim] codec is the older
+ *            spelling of [outer] codec)
  *   [policy] name and that policy's settings   (al_policy_set)
  * The defaults, without any file, are the headline sweep's configuration
  * (docs/results/autoloco-sweep.md): the `tiny` model, 4 IID sites, 1500 inner
@@ -32,8 +34,9 @@ typedef struct simcfg {
     al_sim_scenario scenario;
     double shift_at;
     al_sim_progress progress;
-    bool correction_set; /* [outer] correction given: else none for fixed (DiLoCo) */
-    char codec[16];
+    bool correction_set;    /* [outer] correction given: else none for fixed (DiLoCo) */
+    char codec[24];         /* as [outer] codec: fp32 | bf16 | int8 | int4, optionally +zstd */
+    double max_delta_ratio; /* as [outer] max_delta_ratio */
     double bw_mbit, rtt_ms;
     al_outer_cfg outer;
     int npol; /* [policy] pairs, last value of a key wins */
@@ -84,7 +87,20 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
                    al_err *err) {
     int rc = 0;
     if (!strcmp(sec, "policy")) return policy_pair(s, key, v, where, err);
-    if (!strcmp(sec, "outer")) {
+    if ((!strcmp(sec, "outer") || !strcmp(sec, "sim")) && !strcmp(key, "codec")) {
+        al_codec_cfg k = {.block = 128};
+        if (strlen(v) >= sizeof s->codec)
+            rc = al_errf(err, AL_ECONFIG, "[%s] codec: '%s' is too long", sec, v);
+        else if ((rc = al_codec_parse(v, &k, err)) == 0)
+            snprintf(s->codec, sizeof s->codec, "%s", v);
+        else
+            al_err_prefix(err, "[%s] codec", sec);
+    } else if (!strcmp(sec, "outer") && !strcmp(key, "max_delta_ratio")) {
+        if ((rc = al_cli_double("[outer] max_delta_ratio", v, &s->max_delta_ratio, err)) == 0 &&
+            !(s->max_delta_ratio == 0 || (s->max_delta_ratio >= 1 && s->max_delta_ratio < 1e9)))
+            rc = al_errf(err, AL_ECONFIG,
+                         "[outer] max_delta_ratio: %s is not 0 (off) or in [1, 1e9)", v);
+    } else if (!strcmp(sec, "outer")) {
         rc = al_outer_cfg_set(&s->outer, key, v, err);
         if (rc == 0 && !strcmp(key, "correction")) s->correction_set = true;
     } else if (!strcmp(sec, "sim")) {
@@ -111,10 +127,6 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
                 s->progress = AL_SIM_PROGRESS_STEPS;
             else
                 rc = al_errf(err, AL_ECONFIG, "[sim] progress: '%s' is not lr or steps", v);
-        } else if (!strcmp(key, "codec")) {
-            al_sim_codec c;
-            if ((rc = al_sim_codec_builtin(&c, v, err)) == 0)
-                snprintf(s->codec, sizeof s->codec, "%s", v);
         } else
             rc = al_errf(err, AL_ECONFIG,
                          "[sim] %s: unknown key (known: sites, scenario, shift_at, iid, codec, "
@@ -212,6 +224,7 @@ static int simcfg_init(simcfg *s, al_err *err) {
     s->shift_at = 0.5;
     s->progress = AL_SIM_PROGRESS_STEPS;
     snprintf(s->codec, sizeof s->codec, "fp32");
+    s->max_delta_ratio = 4;
     s->bw_mbit = 1000;
     s->rtt_ms = 50;
     al_outer_cfg_default(&s->outer);
@@ -235,7 +248,8 @@ static void sim_usage(FILE *f) {
             "  -c, --config FILE    INI: [model] [data] [inner] as for train, and [sim] (sites,\n"
             "                       iid, codec, eval_every, progress = lr|steps: the unit of\n"
             "                       the correction's S_r), [wan] (bandwidth_mbit, rtt_ms),\n"
-            "                       [outer] (lr, momentum, correction, s_ref), [policy] (name,\n"
+            "                       [outer] (lr, momentum, correction, s_ref, codec,\n"
+            "                       max_delta_ratio: as the agent's), [policy] (name,\n"
             "                       h_base, h_min, h_max and the policy's own keys)\n"
             "  --set S.K=V          override one key (any section above)\n"
             "  --policy NAME        fixed | adacomm | qsr | autoloco  (= --set policy.name=)\n"
@@ -248,7 +262,8 @@ static void sim_usage(FILE *f) {
             "                       groups of fortune files) | shift (iid, then noniid from\n"
             "                       [sim] shift_at of the steps, default 0.5)\n"
             "  --noniid / --iid     = --scenario noniid / iid\n"
-            "  --codec NAME         fp32 | bf16 | int8 | int4 (stand-ins until outer/al_codec.h)\n"
+            "  --codec NAME         fp32 | bf16 | int8 | int4, optionally +zstd: the agent's\n"
+            "                       codec, shard by shard (= --set outer.codec=)\n"
             "  --jsonl FILE         one JSON record per round\n"
             "  --json               print the summary as one JSON line, last\n");
 }
@@ -322,7 +337,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
             flag = "--threads", sec = "inner", key = "threads";
             break;
         case 'k':
-            flag = "--codec", sec = "sim", key = "codec";
+            flag = "--codec", sec = "outer", key = "codec";
             break;
         case 'N':
             s.scenario = AL_SIM_NONIID;
@@ -376,7 +391,8 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     o.rtt_s = s.rtt_ms * 1e-3;
     o.eval_every = (int)s.eval_every;
     o.eval_batches = (int)c->inner_eval_batches;
-    if ((rc = al_sim_codec_builtin(&o.codec, s.codec, err))) goto out;
+    if ((rc = al_codec_parse(s.codec, &o.codec, err))) goto out; /* checked when set */
+    o.max_delta_ratio = s.max_delta_ratio;
     int bad = -1;
     rc = al_policy_create_kv(&pol, (const char *const *)s.pkey, (const char *const *)s.pval,
                              (size_t)s.npol, &bad, err);
@@ -406,7 +422,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     printf("autoloco sim: %s, %d %s sites x %ld steps, preset %s, %s%s, codec %s\n",
            ddp ? "ddp" : al_policy_name(pol), o.sites, al_sim_scenario_name(o.scenario),
            o.train.steps, o.model.preset, ddp ? "" : "correction ",
-           ddp ? "" : al_correction_name(o.outer.correction), o.codec.name);
+           ddp ? "" : al_correction_name(o.outer.correction), s.codec);
     fflush(stdout);
     al_sim_result r;
     if ((rc = al_sim_run(&o, &train, val.tok ? &val : NULL, &r, err))) goto out;

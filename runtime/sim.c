@@ -1,71 +1,12 @@
 /* sim.c -- M simulated sites in one process (see al_sim.h). */
 #include "al_sim.h"
 
+#include "al_commit.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- codec stand-ins (TODO(codec): replace with outer/al_codec.h) ------------------------ */
-
-enum { QBLOCK = 128 };
-
-/* bf16: keep the top 16 bits of the fp32 pattern, rounded to nearest even. */
-static int rt_bf16(void *ctx, float *x, size_t n, al_err *err) {
-    (void)ctx;
-    (void)err;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], 4);
-        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        memcpy(&x[i], &u, 4);
-    }
-    return 0;
-}
-
-/* intN: per block of QBLOCK values, scale = absmax / qmax, q = round(x / scale). */
-static int rt_int(float *x, size_t n, float qmax) {
-    for (size_t b = 0; b < n; b += QBLOCK) {
-        size_t e = AL_MIN(n, b + QBLOCK);
-        float amax = 0;
-        for (size_t i = b; i < e; i++) amax = fmaxf(amax, fabsf(x[i]));
-        if (amax == 0) continue;
-        float scale = amax / qmax;
-        for (size_t i = b; i < e; i++) x[i] = roundf(x[i] / scale) * scale;
-    }
-    return 0;
-}
-static int rt_int8(void *ctx, float *x, size_t n, al_err *err) {
-    (void)ctx;
-    (void)err;
-    return rt_int(x, n, 127.0f);
-}
-static int rt_int4(void *ctx, float *x, size_t n, al_err *err) {
-    (void)ctx;
-    (void)err;
-    return rt_int(x, n, 7.0f);
-}
-
-int al_sim_codec_builtin(al_sim_codec *c, const char *name, al_err *err) {
-    static const struct {
-        const char *name;
-        double bits;
-        int (*rt)(void *, float *, size_t, al_err *);
-    } table[] = {{"fp32", 32, NULL},
-                 {"bf16", 16, rt_bf16},
-                 {"int8", 8 + 32.0 / QBLOCK, rt_int8},
-                 {"int4", 4 + 32.0 / QBLOCK, rt_int4}};
-    for (size_t i = 0; i < AL_ARRAY_LEN(table); i++)
-        if (!strcmp(name, table[i].name)) {
-            memset(c, 0, sizeof *c);
-            snprintf(c->name, sizeof c->name, "%s", name);
-            c->bits = table[i].bits;
-            c->roundtrip = table[i].rt;
-            return 0;
-        }
-    return al_errf(err, AL_ENOTFOUND, "sim: unknown codec '%s' (known: fp32, bf16, int8, int4)",
-                   name);
-}
 
 /* ---- options, seeds, the WAN model ------------------------------------------------------ */
 
@@ -76,7 +17,9 @@ void al_sim_opts_default(al_sim_opts *o) {
     o->shift_at = 0.5;
     al_outer_cfg_default(&o->outer);
     o->progress = AL_SIM_PROGRESS_STEPS; /* the sweep's evidence: docs/outer.md */
-    al_sim_codec_builtin(&o->codec, "fp32", NULL);
+    o->codec.kind = AL_CODEC_FP32;
+    o->codec.block = 128;   /* as the agent: values per absmax scale for int8/int4 */
+    o->max_delta_ratio = 4; /* as the agent's [outer] max_delta_ratio */
     o->bandwidth_bps = 1e9;
     o->rtt_s = 0.05;
     o->nan_site = -1;
@@ -99,17 +42,13 @@ int al_sim_scenario_parse(const char *name, al_sim_scenario *out, al_err *err) {
                    name);
 }
 
-uint64_t al_sim_site_seed(uint64_t seed, int m) {
-    uint64_t h = al_fnv1a64(&seed, sizeof seed, 0xcbf29ce484222325ull);
-    return al_fnv1a64(&m, sizeof m, h);
-}
-
 double al_sim_project(double compute_s, long syncs, double bytes_per_site, double bandwidth_bps,
                       double rtt_s) {
     return compute_s + (double)syncs * 2 * rtt_s + bytes_per_site * 8 / bandwidth_bps;
 }
 
-/* Bytes one site sends in a round of reduce-scatter + all-gather of P values. */
+/* Bytes one site sends in an fp32 all-reduce of P values (DDP's reduce-scatter
+ * + all-gather; the outer rounds measure their encoded bytes instead). */
 static double round_bytes_per_site(int m, size_t p, double bits) {
     if (m < 2) return 0;
     return ceil(2.0 * (double)(m - 1) / (double)m * (double)p * bits / 8.0);
@@ -158,17 +97,19 @@ typedef struct sim {
     const al_sim_opts *o;
     int M;
     size_t P;
-    al_tokens *shard; /* [M] non-IID shards (unused for IID) */
-    al_loader *late;  /* SHIFT: [M] each site's loader over its shard, swapped in at shift_step */
-    long shift_step;  /* SHIFT: the inner step (0-based) from which sites train on their shard */
-    al_trainer *tr;   /* [M] sites (DDP: [1]) */
-    al_outer *outer;  /* [M] every site's replica of the outer state */
-    float **delta;    /* [M] pseudo-gradients */
-    float *dbar;      /* the mean */
-    al_mean mean;
-    al_site_stats *ss; /* [M] this round's stats of live sites */
-    al_loader *ld;     /* DDP: [M] the sites' loaders */
-    al_batch *mbs;     /* DDP: [M·accum] */
+    al_tokens *shard;   /* [M] non-IID shards (unused for IID) */
+    al_loader *late;    /* SHIFT: [M] each site's loader over its shard, swapped in at shift_step */
+    long shift_step;    /* SHIFT: the inner step (0-based) from which sites train on their shard */
+    al_trainer *tr;     /* [M] sites (DDP: [1]) */
+    al_outer *outer;    /* [M] every site's replica of the outer state */
+    float **delta;      /* [M] pseudo-gradients */
+    float *dbar;        /* the mean */
+    al_commit_codec cc; /* the codec's round trips, as the agent's */
+    double *sent;       /* [M] bytes each member sent this round */
+    int *members, *left_out; /* [M] this round's members (site ids) and the outliers */
+    al_site_stats *ss;       /* [M] this round's stats of live sites */
+    al_loader *ld;           /* DDP: [M] the sites' loaders */
+    al_batch *mbs;           /* DDP: [M·accum] */
     long cap_h;
 } sim;
 
@@ -192,7 +133,10 @@ static void sim_free(sim *s) {
     free(s->mbs);
     free(s->dbar);
     free(s->ss);
-    al_mean_free(&s->mean);
+    free(s->sent);
+    free(s->members);
+    free(s->left_out);
+    al_commit_codec_free(&s->cc);
 }
 
 /* The data site m starts on. */
@@ -277,99 +221,99 @@ static int run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al
     return 0;
 }
 
-/* Arrival order of the sites' contributions this round: a seeded shuffle, to
- * exercise (and prove, by the hash) that the mean does not depend on it. */
-static void arrival_order(int *order, int M, uint64_t seed, long round) {
-    al_rng r;
-    al_rng_seed(&r, seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(round + 1)));
-    for (int i = 0; i < M; i++) order[i] = i;
-    for (int i = M - 1; i > 0; i--) {
-        int j = (int)al_rng_below(&r, (uint64_t)i + 1);
-        int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-}
-
+/* One round of the outer loop, as the agents do it (al_commit.h): each site's
+ * Δ^m and statistics; sites whose Δ is not finite sit the round out (logged in
+ * `refused`); outliers by ‖Δ^m‖ are left out of the mean (max_delta_ratio);
+ * the exchange through the codec; the policy's decision once; the outer step
+ * on every site's own replica, whose hashes must agree. */
 static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *err) {
     const al_sim_opts *o = s->o;
     int M = s->M, rc;
     int64_t h;
     if ((rc = al_policy_start(o->policy, &h, err))) return rc;
-    double bytes_round = round_bytes_per_site(M, s->P, o->codec.bits);
     long step = 0, round = 0, budget = o->train.steps;
     double prev_comm = 0; /* the WAN model's seconds for the last exchange: each site's comm_s */
-    int order[256];
+    const float **dptr = malloc((size_t)M * sizeof *dptr);
+    if (!dptr) return al_errf(err, AL_ENOMEM, "sim: out of memory");
     while (step < budget) {
         long hr = AL_MIN((long)h, budget - step);
-        if ((rc = push_h(res, &s->cap_h, hr, err))) return rc;
+        if ((rc = push_h(res, &s->cap_h, hr, err))) break;
         double cmax = 0;
         int live = 0;
-        al_mean_reset(&s->mean);
-        arrival_order(order, M, o->train.seed, round);
         json_t *refused = json_array();
-        for (int i = 0; i < M; i++) {
-            int m = order[i];
+        for (int m = 0; m < M; m++) {
             al_site_stats st;
             if ((rc = run_interval(s, m, step, hr, &st, err))) break;
             st.comm_s = prev_comm;
             cmax = fmax(cmax, st.compute_s);
             if (round == o->nan_round && m == o->nan_site) s->tr[m].model.params[0] = NAN;
             al_err why = {0};
-            int r2 = al_pseudo_grad(s->delta[m], s->outer[m].theta, s->tr[m].model.params, s->P,
-                                    NULL, &why);
-            if (r2 == 0 && o->codec.roundtrip)
-                r2 = o->codec.roundtrip(o->codec.ctx, s->delta[m], s->P, &why);
-            if (r2 == 0) {
-                st.delta_sq = al_sq_norm(s->delta[m], s->P); /* of what enters the mean */
-                r2 = al_mean_add(&s->mean, m, s->delta[m], &why);
-            }
-            if (r2) { /* refused: this site sits the round out */
-                al_mean_drop(&s->mean, m, NULL);
+            if (al_pseudo_grad(s->delta[m], s->outer[m].theta, s->tr[m].model.params, s->P,
+                               &st.delta_sq, &why) != 0) { /* refused: it sits the round out */
                 json_array_append_new(refused, json_pack("{s:i, s:s}", "site", m, "why", why.msg));
                 res->dropped++;
                 continue;
             }
+            s->members[live] = m;
+            dptr[live] = s->delta[m];
             s->ss[live++] = st;
         }
         if (rc == 0 && live == 0)
             rc = al_errf(err, AL_ENUMERIC, "sim: round %ld: every site's Δ was refused", round);
-        if (rc) {
-            json_decref(refused);
-            return rc;
-        }
-        if ((rc = al_mean_finish(&s->mean, s->dbar, err))) return rc;
-        al_round_stats rs;
-        rc = al_round_stats_combine(&rs, round, s->ss, live, al_sq_norm(s->dbar, s->P), err);
+        double med = 0;
+        int n_out = rc ? 0 : al_commit_outliers(s->ss, live, o->max_delta_ratio, s->left_out, &med);
+        for (int j = 0; j < live && n_out > 0; j++)
+            if (s->left_out[j]) {
+                char why[160];
+                double nrm = sqrt(s->ss[j].delta_sq);
+                snprintf(why, sizeof why,
+                         "|delta| %.4g is %.1f x the median %.4g (max_delta_ratio %g)", nrm,
+                         nrm / med, med, o->max_delta_ratio);
+                json_array_append_new(refused,
+                                      json_pack("{s:i, s:s}", "site", s->members[j], "why", why));
+            }
+        if (rc == 0)
+            rc = al_commit_exchange(&s->cc, dptr, s->members, s->left_out, live, s->P, s->dbar,
+                                    s->sent, err);
+        al_commit_decision d;
+        al_site_stats in_mean[AL_COMMIT_MAX_MEMBERS];
+        int n_in = 0;
+        for (int j = 0; j < live && rc == 0; j++)
+            if (!s->left_out[j]) in_mean[n_in++] = s->ss[j];
+        if (rc == 0)
+            rc = al_commit_decide(o->policy, in_mean, n_in, s->dbar, s->P, round, h, &d, err);
         /* every site applies the same step to its own replica; all must agree */
         char hash0[65], hm[65];
         for (int m = 0; m < M && rc == 0; m++) {
-            rc = al_outer_step(&s->outer[m], s->dbar,
-                               o->progress == AL_SIM_PROGRESS_STEPS ? (double)rs.steps : rs.lr_sum,
-                               err);
+            rc = al_commit_step(&s->outer[m], s->dbar, &d, o->progress == AL_SIM_PROGRESS_LR, err);
             if (rc) break;
             al_outer_hash(&s->outer[m], m == 0 ? hash0 : hm);
             if (m > 0 && strcmp(hash0, hm) != 0)
                 rc = al_errf(err, AL_EINTEGRITY, "sim: round %ld: θ_global of site %d differs",
                              round, m);
         }
-        al_outer_coefs k = s->outer[0].last;
-        int64_t h_next = h;
-        double floor_h = rc == 0 ? al_policy_comm_floor(o->policy, &rs) : 0;
-        if (rc == 0) rc = al_policy_next_interval(o->policy, &rs, &h_next, err);
         if (rc) {
             json_decref(refused);
-            return rc;
+            break;
         }
+        const al_round_stats rs = d.rs;
+        int64_t h_next = d.h_next;
+        double floor_h = d.comm_floor, sent_max = 0, bytes_round = 0;
+        for (int j = 0; j < live; j++) {
+            sent_max = fmax(sent_max, s->sent[j]);
+            bytes_round += s->sent[j];
+        }
+        al_outer_coefs k = s->outer[0].last;
         for (int m = 0; m < M; m++) /* θ^m ← θ_global; AdamW state stays local */
             memcpy(s->tr[m].model.params, s->outer[m].theta, s->P * sizeof(float));
         step += hr;
         res->syncs++;
-        double comm = 2 * o->rtt_s + bytes_round * 8 / o->bandwidth_bps;
+        /* the exchange ends when the site with the most bytes is done */
+        double comm = M < 2 ? 0 : 2 * o->rtt_s + sent_max * 8 / o->bandwidth_bps;
         prev_comm = comm;
         res->compute_s += cmax;
         res->comm_s += comm;
-        res->bytes_per_site += bytes_round;
+        res->bytes += bytes_round;
         res->final_train_loss = rs.loss;
         memcpy(res->hash, hash0, sizeof hash0);
         if (o->jsonl || (o->eval_every > 0 && (round + 1) % o->eval_every == 0)) {
@@ -396,7 +340,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
             json_object_set_new(rec, "compute_s", json_real(cmax));
             json_object_set_new(rec, "comm_s", json_real(comm));
             json_object_set_new(rec, "comm_floor", json_real(floor_h));
-            json_object_set_new(rec, "bytes_per_site", json_real(bytes_round));
+            json_object_set_new(rec, "bytes_per_site", json_real(bytes_round / M));
             json_object_set_new(rec, "hash", json_string(hash0));
             json_object_set_new(rec, "policy", policy_state_json(o->policy));
             json_object_set_new(rec, "refused", json_incref(refused));
@@ -405,7 +349,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
                 if ((rc = evaluate(s, &s->tr[0], &vl, err))) {
                     json_decref(rec);
                     json_decref(refused);
-                    return rc;
+                    break;
                 }
                 json_object_set_new(rec, "eval_loss", json_real(vl));
             }
@@ -416,7 +360,9 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
         h = h_next;
         round++;
     }
-    res->bytes = res->bytes_per_site * M;
+    free(dptr);
+    if (rc) return rc;
+    res->bytes_per_site = res->bytes / M;
     if (val) rc = evaluate(s, &s->tr[0], &res->final_eval_loss, err);
     if (rc == 0) {
         res->nparams = s->P;
@@ -498,7 +444,7 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
             return al_errf(err, AL_ENOMEM, "sim: out of memory");
         for (int m = 0; m < M && rc == 0; m++)
             rc = al_loader_init(&s->late[m], &s->shard[m], o->train.packing, 1,
-                                al_sim_site_seed(o->train.seed, m), err);
+                                al_site_data_seed(o->train.seed, m), err);
     }
     /* every replica starts from the same weights (init seed = run seed); only
      * the data order differs: each site's loader gets its own seed */
@@ -508,7 +454,7 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
         if (rc == 0 && !o->ddp) {
             al_loader_free(&s->tr[m].train);
             rc = al_loader_init(&s->tr[m].train, site_data(s, train, m), o->train.packing, 1,
-                                al_sim_site_seed(o->train.seed, m), err);
+                                al_site_data_seed(o->train.seed, m), err);
         }
     }
     if (rc) return rc;
@@ -520,7 +466,7 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
         if (!s->ld || !s->mbs) return al_errf(err, AL_ENOMEM, "sim: out of memory");
         for (int m = 0; m < M && rc == 0; m++)
             rc = al_loader_init(&s->ld[m], site_data(s, train, m), o->train.packing, 1,
-                                al_sim_site_seed(o->train.seed, m), err);
+                                al_site_data_seed(o->train.seed, m), err);
         for (int i = 0; i < M * A && rc == 0; i++)
             rc = al_batch_init(&s->mbs[i], s->tr[0].o.batch, s->tr[0].o.seq, err);
         return rc;
@@ -541,8 +487,13 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
         if (rc == 0 && !(s->delta[m] = malloc(s->P * sizeof(float))))
             rc = al_errf(err, AL_ENOMEM, "sim: out of memory");
     }
-    if (rc == 0) rc = al_mean_init(&s->mean, M, s->P, err);
-    return rc;
+    if (rc) return rc;
+    s->sent = calloc((size_t)M, sizeof *s->sent);
+    s->members = calloc((size_t)M, sizeof *s->members);
+    s->left_out = calloc((size_t)M, sizeof *s->left_out);
+    if (!s->sent || !s->members || !s->left_out)
+        return al_errf(err, AL_ENOMEM, "sim: out of memory");
+    return al_commit_codec_init(&s->cc, &o->codec, err);
 }
 
 int al_sim_run(const al_sim_opts *o, const al_tokens *train, const al_tokens *val,
@@ -583,7 +534,9 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     json_object_set_new(j, "sites", json_integer(o->sites));
     json_object_set_new(j, "iid", json_boolean(o->scenario == AL_SIM_IID));
     json_object_set_new(j, "seed", json_integer((json_int_t)o->train.seed));
-    json_object_set_new(j, "codec", json_string(o->codec.name));
+    json_object_set_new(
+        j, "codec", json_pack("s++", al_codec_name(o->codec.kind), o->codec.zstd ? "+zstd" : ""));
+    json_object_set_new(j, "max_delta_ratio", json_real(o->max_delta_ratio));
     json_object_set_new(j, "progress",
                         json_string(o->progress == AL_SIM_PROGRESS_STEPS ? "steps" : "lr"));
     json_object_set_new(j, "steps", json_integer(r->steps));

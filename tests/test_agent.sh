@@ -8,7 +8,8 @@
 #      restarted with --resume rejoins and ends with the same hash; a
 #      connection cut through wanem mid-sync recovers without dropping a site;
 #   3. exact resume: a 2-site run stopped by SIGTERM (each site finishes the
-#      round) and resumed ends with the hash of the uninterrupted run;
+#      round) and resumed ends with the hash of the uninterrupted run; and
+#      `autoloco sim` with the same settings ends on that hash too;
 #   4. bad input: config errors, a peer with another run config, a certificate
 #      for an unlisted site, a corrupt checkpoint, another preset's checkpoint.
 # Every wait is bounded (timeout); nothing is left running. AL_TEST_DEADLINE
@@ -289,6 +290,19 @@ start r4 a
 start r4 b
 await "$PID_a" 400 && await "$PID_b" 400 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
 ref=$(hash_of r4/run-a/summary.json)
+# The simulator shares the agents' commit path and codec (issue 17): two
+# simulated sites with r4's settings, data and data order end on r4's theta.
+"$bin" sim --json --sites 2 --policy fixed --correction autoloco --set policy.h_base=50 \
+    --set model.preset=demo --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin" \
+    --set inner.batch=4 --set inner.seq=32 --set inner.steps=150 --set inner.warmup=5 \
+    --set inner.lr=1e-2 --set inner.threads=1 --set inner.eval_batches=4 \
+    --codec int8+zstd --set outer.lr=0.7 >sim.out 2>&1
+sim_hash=$(tail -n 1 sim.out | python3 -c 'import json,sys; print(json.load(sys.stdin)["hash"])' 2>/dev/null)
+if [[ -n $ref && $sim_hash == "$ref" ]]; then
+    ok "a 2-site sim with the same settings ends on the 2-site agents' theta ($ref)"
+else
+    no "sim vs agents: sim $sim_hash, agents $ref: $(tail -n 2 sim.out)"
+fi
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r5 $s "a b"; done
 start r5 a

@@ -43,7 +43,9 @@ printf '[wan]\nlatency = 3\n' >"$tmp/d.ini"
 expect "d.ini:2: \[wan\] latency: unknown key" -c "$tmp/d.ini"
 expect "unknown policy 'nope'" --policy nope
 expect "unknown key 'h'" --policy autoloco --h 5
-expect "unknown codec 'int3'" --codec int3
+expect "codec 'int3' is unknown" --codec int3
+expect "\[sim\] codec: codec 'int3' is unknown" --set sim.codec=int3
+expect "max_delta_ratio: 0.5 is not 0 \(off\) or in \[1, 1e9\)" --set outer.max_delta_ratio=0.5
 expect "progress: 'time' is not lr or steps" --set sim.progress=time
 expect "missing.bin: cannot open" --set data.train="$tmp/missing.bin"
 expect "unexpected argument 'extra'" "${d[@]}" extra

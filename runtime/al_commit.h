@@ -1,0 +1,96 @@
+/*
+ * al_commit.h -- the round's arithmetic, shared by the agent and `autoloco sim`.
+ *
+ * A round turns M members' pseudo-gradients Δ^m into one outer step. The agent
+ * does it across processes (runtime/agent_net.c: reduce-scatter of encoded
+ * shards to their owners, the owner's mean, all-gather of the encoded mean);
+ * the simulator does it in one process (al_commit_exchange). Both cut the
+ * shards with al_shard_range, leave out the same outliers (al_commit_outliers),
+ * push every value through the same codec round trips in the same order, and
+ * then commit with the same two calls:
+ *
+ *   al_commit_decide   the round's statistics, the bandwidth floor and the
+ *                      policy's next H (once per round: the policy is one)
+ *   al_commit_step     the outer step on a replica of θ_global
+ *
+ * so that a 2-site sim and a 2-site agent run with the same settings and data
+ * order end on the same θ_global hash (tests/test_agent.sh checks it).
+ *
+ * The exchange's numbers, per shard k = [lo, hi) owned by member k:
+ *   part_m  = decode(encode(Δ^m[lo, hi)))        every member m not left out
+ *   mean    = Σ part_m / n  in site-id order     (al_mean: bitwise the same
+ *                                                  whatever the arrival order)
+ *   Δ̄[lo, hi) = decode(encode(mean))             the bytes every member gets
+ * With fp32 both round trips are exact; with int8/int4 the block scales start
+ * at each shard's first value, so the shard cut is part of the result.
+ */
+#ifndef AL_COMMIT_H
+#define AL_COMMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "al_codec.h"
+#include "al_outer.h"
+#include "al_policy.h"
+
+/* Most members of one exchange (the simulator's largest run). */
+#define AL_COMMIT_MAX_MEMBERS 256
+
+/* Shard k of M over P values: [P·k/M, P·(k+1)/M). */
+void al_shard_range(size_t P, int M, int k, size_t *lo, size_t *hi);
+
+/* The data-order seed of the site with index m (its rank among the run's
+ * sites, sorted by name) for run seed `seed`; the init seed is the run seed. */
+uint64_t al_site_data_seed(uint64_t seed, int m);
+
+/* Robust aggregation ([outer] max_delta_ratio = k): member j is left out of
+ * the mean (left_out[j] = 1) when ‖Δ^j‖ = sqrt(st[j].delta_sq) exceeds k × the
+ * median over the M members. Off when k <= 0 or M < 3 (with two, neither is
+ * an outlier of the other) or the median is 0. Uses only the statistics, so
+ * every member decides alike. Returns how many were left out; *median gets the
+ * median norm (0 when off). */
+int al_commit_outliers(const al_site_stats *st, int M, double k, int *left_out, double *median);
+
+/* Scratch for the codec's round trips (encode buffer and one shard). */
+typedef struct al_commit_codec {
+    al_codec_cfg cfg;
+    uint8_t *enc;
+    size_t cap;
+    float *part;
+    size_t part_cap;
+} al_commit_codec;
+
+int al_commit_codec_init(al_commit_codec *c, const al_codec_cfg *cfg, al_err *err);
+void al_commit_codec_free(al_commit_codec *c);
+/* Encode x[0..n) into c->enc (grown as needed); *len gets the encoded size. */
+int al_commit_encode(al_commit_codec *c, const float *x, size_t n, size_t *len, al_err *err);
+
+/* The exchange of M members in one process: delta[j] is member j's Δ (P
+ * values), sites[j] its site id (strictly increasing), left_out[j] (may be
+ * NULL) leaves it out of the mean. Writes Δ̄ (P values) and, when sent is not
+ * NULL, the bytes member j would send: its M−1 encoded parts and M−1 copies of
+ * its encoded mean shard. AL_EINVAL when every member is left out; codec
+ * errors as al_codec_encode/decode give them. */
+int al_commit_exchange(al_commit_codec *c, const float *const *delta, const int *sites,
+                       const int *left_out, int M, size_t P, float *dbar, double *sent,
+                       al_err *err);
+
+/* What the round decided. */
+typedef struct al_commit_decision {
+    al_round_stats rs; /* combined over the members in the mean */
+    int64_t h_next;    /* the policy's next interval */
+    double comm_floor; /* the policy's bandwidth floor (al_policy_comm_floor) */
+} al_commit_decision;
+
+/* Combine the statistics of the n members in the mean (st) with ‖Δ̄‖², and
+ * ask the policy (it advances) for the next H; h is the interval just run
+ * (the policy keeps it when it has no opinion). */
+int al_commit_decide(al_policy *pol, const al_site_stats *st, int n, const float *dbar, size_t P,
+                     long round, int64_t h, al_commit_decision *d, al_err *err);
+
+/* The outer step on one replica: S_r = Σ η (progress_lr) or the steps. */
+int al_commit_step(al_outer *o, const float *dbar, const al_commit_decision *d, int progress_lr,
+                   al_err *err);
+
+#endif

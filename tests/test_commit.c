@@ -1,0 +1,223 @@
+/*
+ * test_commit.c -- the round's arithmetic shared by the agent and the sim
+ * (runtime/al_commit.h):
+ *  - shards tile [0, P) in order, whatever P and M;
+ *  - with fp32 the exchange is the plain mean in site order, bit for bit, and
+ *    left-out members are not in it;
+ *  - with int8 each value is within the codec's bounds of the true mean (a
+ *    part's round trip, then the mean's), and the bytes are the encoded sizes;
+ *  - the outlier rule against hand-computed cases;
+ *  - decide + step: the statistics combined, the policy asked once, the outer
+ *    step applied with S_r in steps or in lr;
+ *  - bad input refused: no member in the mean, site ids out of order, too many
+ *    members, a NaN in a Δ.
+ */
+#include "al_test.h"
+
+#include <string.h>
+
+#include "al_commit.h"
+
+enum { P = 1000, M = 3 };
+
+static void fill(float **d, int m, size_t n, uint64_t seed) {
+    al_rng r;
+    al_rng_seed(&r, seed);
+    for (int j = 0; j < m; j++) {
+        d[j] = malloc(n * sizeof(float));
+        t_fill(&r, d[j], n, 1.0 + j);
+    }
+}
+
+static void test_shard_range(void **state) {
+    (void)state;
+    const size_t ps[] = {1, 7, 1000, 1001};
+    for (size_t i = 0; i < AL_ARRAY_LEN(ps); i++)
+        for (int m = 1; m <= 5; m++) {
+            size_t prev = 0, lo, hi;
+            for (int k = 0; k < m; k++) {
+                al_shard_range(ps[i], m, k, &lo, &hi);
+                assert_int_equal(lo, prev);
+                assert_true(hi >= lo && hi - lo <= ps[i] / (size_t)m + 1);
+                prev = hi;
+            }
+            assert_int_equal(prev, ps[i]);
+        }
+    assert_int_not_equal(al_site_data_seed(1, 0), al_site_data_seed(1, 1));
+    assert_int_not_equal(al_site_data_seed(1, 0), al_site_data_seed(2, 0));
+}
+
+static void test_fp32_is_the_mean(void **state) {
+    (void)state;
+    float *d[M], dbar[P];
+    fill(d, M, P, 1);
+    al_err err = {0};
+    al_commit_codec c;
+    al_codec_cfg cfg = {.kind = AL_CODEC_FP32, .block = 128};
+    assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
+    int sites[M] = {0, 2, 5};
+    double sent[M];
+    assert_int_equal(
+        al_commit_exchange(&c, (const float *const *)d, sites, NULL, M, P, dbar, sent, &err), 0);
+    for (size_t i = 0; i < P; i++) {
+        float want = ((d[0][i] + d[1][i]) + d[2][i]) / 3.0f; /* site order, fp32, divided */
+        if (memcmp(&want, &dbar[i], 4)) fail_msg("value %zu: %.9g, want %.9g", i, dbar[i], want);
+    }
+    /* member j: its 2 parts of the others' shards, and its own mean shard twice */
+    for (int j = 0; j < M; j++) {
+        size_t lo, hi;
+        al_shard_range(P, M, j, &lo, &hi);
+        double want = 2 * 48 + 4.0 * (double)(P - (hi - lo)) + 2 * (48 + 4.0 * (double)(hi - lo));
+        assert_true(sent[j] == want);
+    }
+    /* member 1 left out: the mean of 0 and 2 */
+    int out[M] = {0, 1, 0};
+    assert_int_equal(
+        al_commit_exchange(&c, (const float *const *)d, sites, out, M, P, dbar, NULL, &err), 0);
+    for (size_t i = 0; i < P; i++) {
+        float want = (d[0][i] + d[2][i]) / 2.0f;
+        if (memcmp(&want, &dbar[i], 4)) fail_msg("left out, value %zu", i);
+    }
+    al_commit_codec_free(&c);
+    for (int j = 0; j < M; j++) free(d[j]);
+}
+
+static void test_int8_within_bounds(void **state) {
+    (void)state;
+    float *d[M], dbar[P];
+    fill(d, M, P, 2);
+    al_err err = {0};
+    al_commit_codec c;
+    al_codec_cfg cfg = {.kind = AL_CODEC_INT8, .block = 64};
+    assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
+    int sites[M] = {0, 1, 2};
+    double sent[M];
+    assert_int_equal(
+        al_commit_exchange(&c, (const float *const *)d, sites, NULL, M, P, dbar, sent, &err), 0);
+    double worst = 0, bound = 0;
+    for (int j = 0; j < M; j++) bound += al_codec_error_bound(&cfg, d[j], P) / M;
+    float mean[P];
+    for (size_t i = 0; i < P; i++) mean[i] = (d[0][i] + d[1][i] + d[2][i]) / 3.0f;
+    bound += al_codec_error_bound(&cfg, mean, P) * 1.01 + 1e-6; /* the mean's round trip */
+    for (size_t i = 0; i < P; i++) worst = fmax(worst, fabs((double)dbar[i] - mean[i]));
+    print_message("  int8: max |error| %.3e, bound %.3e; member 0 sent %.0f B\n", worst, bound,
+                  sent[0]);
+    assert_true(worst > 0 && worst <= bound);
+    assert_true(sent[0] < 0.4 * 4 * (double)P * 4 / 3); /* well under fp32's */
+    al_commit_codec_free(&c);
+    for (int j = 0; j < M; j++) free(d[j]);
+}
+
+static void test_outliers(void **state) {
+    (void)state;
+    al_site_stats st[5];
+    memset(st, 0, sizeof st);
+    const double norms[] = {1, 2, 3, 13, 0.5};
+    for (int j = 0; j < 5; j++) st[j].delta_sq = norms[j] * norms[j];
+    int out[5];
+    double med;
+    /* median of 1 2 3 13 0.5 is 2: 13 > 4·2 is out, 3 is not */
+    assert_int_equal(al_commit_outliers(st, 5, 4, out, &med), 1);
+    assert_true(med == 2);
+    assert_int_equal(out[3], 1);
+    assert_int_equal(out[0] + out[1] + out[2] + out[4], 0);
+    /* four: median (2 + 3) / 2 = 2.5; k = 4 leaves 13 out, k = 1.1 (2.75) 3 too */
+    assert_int_equal(al_commit_outliers(st, 4, 4, out, &med), 1);
+    assert_true(med == 2.5);
+    assert_int_equal(out[3], 1);
+    assert_int_equal(al_commit_outliers(st, 4, 1.1, out, &med), 2);
+    assert_int_equal(out[2] + out[3], 2);
+    /* off: k = 0, two members, a zero median */
+    assert_int_equal(al_commit_outliers(st, 5, 0, out, &med), 0);
+    assert_int_equal(al_commit_outliers(st, 2, 1, out, &med), 0);
+    memset(st, 0, sizeof st);
+    assert_int_equal(al_commit_outliers(st, 3, 4, out, &med), 0);
+    assert_true(med == 0);
+}
+
+static void test_decide_and_step(void **state) {
+    (void)state;
+    al_err err = {0};
+    al_policy *pol;
+    assert_int_equal(al_policy_create(&pol, "fixed", &err), 0);
+    assert_int_equal(al_policy_set(pol, "h_base", "20", &err), 0);
+    int64_t h;
+    assert_int_equal(al_policy_start(pol, &h, &err), 0);
+    al_site_stats st[2];
+    memset(st, 0, sizeof st);
+    for (int j = 0; j < 2; j++) {
+        st[j].site = j;
+        st[j].steps = 20;
+        st[j].loss = 2.0 + j;
+        st[j].delta_sq = 4.0 * (j + 1);
+        st[j].lr_sum = 0.05;
+        st[j].lr_sq_sum = 1e-4;
+        st[j].lr_last = 1e-3;
+        st[j].tokens = 100;
+    }
+    float dbar[4] = {1, -1, 0.5f, 0}, theta[4] = {0}, t2[4];
+    al_commit_decision d;
+    assert_int_equal(al_commit_decide(pol, st, 2, dbar, 4, 3, h, &d, &err), 0);
+    assert_int_equal(d.h_next, 20);
+    assert_true(d.rs.loss == 2.5 && d.rs.delta_sq_mean == 6 && d.rs.mean_delta_sq == 2.25);
+    assert_int_equal(d.rs.tokens, 200);
+    assert_int_equal(d.rs.round, 3);
+    /* the step in steps and in lr: S_r = 20 or 0.05 (none: the same step) */
+    al_outer_cfg oc;
+    al_outer_cfg_default(&oc);
+    oc.s_ref = 20;
+    al_outer o1, o2;
+    assert_int_equal(al_outer_init(&o1, &oc, theta, 4, &err), 0);
+    assert_int_equal(al_outer_init(&o2, &oc, theta, 4, &err), 0);
+    assert_int_equal(al_commit_step(&o1, dbar, &d, 0, &err), 0);
+    assert_int_equal(al_outer_step(&o2, dbar, 20.0, &err), 0);
+    assert_memory_equal(o1.theta, o2.theta, sizeof t2);
+    assert_int_equal(al_commit_step(&o1, dbar, &d, 1, &err), 0);
+    assert_int_equal(al_outer_step(&o2, dbar, 0.05, &err), 0);
+    assert_memory_equal(o1.theta, o2.theta, sizeof t2);
+    /* a statistics mismatch is refused by the combine (the schedules diverged) */
+    st[1].lr_sum = 0.06;
+    assert_int_equal(al_commit_decide(pol, st, 2, dbar, 4, 4, h, &d, &err), AL_EMISMATCH);
+    print_message("  refused: %s\n", err.msg);
+    al_outer_free(&o1);
+    al_outer_free(&o2);
+    al_policy_free(pol);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    float *d[M], dbar[P];
+    fill(d, M, P, 3);
+    al_err err = {0};
+    al_commit_codec c;
+    al_codec_cfg cfg = {.kind = AL_CODEC_INT8, .block = 128};
+    assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
+    const float *const *dd = (const float *const *)d;
+    int sites[M] = {0, 1, 2}, all[M] = {1, 1, 1};
+    assert_int_equal(al_commit_exchange(&c, dd, sites, all, M, P, dbar, NULL, &err), AL_EINVAL);
+    print_message("  %s\n", err.msg);
+    int twisted[M] = {0, 2, 1};
+    assert_int_equal(al_commit_exchange(&c, dd, twisted, NULL, M, P, dbar, NULL, &err), AL_EINVAL);
+    print_message("  %s\n", err.msg);
+    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, 0, P, dbar, NULL, &err), AL_EINVAL);
+    assert_int_equal(
+        al_commit_exchange(&c, dd, sites, NULL, AL_COMMIT_MAX_MEMBERS + 1, P, dbar, NULL, &err),
+        AL_EINVAL);
+    d[1][500] = NAN;
+    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, M, P, dbar, NULL, &err), AL_ENUMERIC);
+    print_message("  %s\n", err.msg);
+    al_commit_codec_free(&c);
+    al_codec_cfg bad = {.kind = AL_CODEC_INT8, .block = 3};
+    assert_int_equal(al_commit_codec_init(&c, &bad, &err), AL_EINVAL);
+    al_commit_codec_free(&c);
+    for (int j = 0; j < M; j++) free(d[j]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shard_range),        cmocka_unit_test(test_fp32_is_the_mean),
+        cmocka_unit_test(test_int8_within_bounds), cmocka_unit_test(test_outliers),
+        cmocka_unit_test(test_decide_and_step),    cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
