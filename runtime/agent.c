@@ -560,6 +560,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "badstats:", 9)) a->fault_badstats = atol(fault + 9);
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
+    if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);

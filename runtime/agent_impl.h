@@ -123,6 +123,7 @@ typedef struct agent {
     long fault_badstats;         /* AL_FAULT=badstats:R / badtokens:R: send round R's */
     long fault_badtokens;        /* statistics with one inner step too many / with
                                   * tokens 2^64-1 (a lying peer) */
+    int fault_badstate;          /* AL_FAULT=badstate: serve half of θ's state to joiners */
     double fault_poison;         /* AL_FAULT=poison:V: send V in every element of Δ */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
     /* robust aggregation: members of the committed round whose Δ was left out

@@ -174,6 +174,7 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
     } else if (part == AL_STATE_THETA) {
         *data = sn->outer;
         *len = sn->outer_len;
+        if (a->fault_badstate) *len /= 2; /* test hook: a peer serving a state that does not fit */
     } else if (part == AL_STATE_META || part == AL_STATE_MOMENTUM) {
         if (part == AL_STATE_MOMENTUM && id >= 0) {
             /* registration for the round after the one this reply names: the
@@ -485,6 +486,7 @@ int ag_join(agent *a, al_err *err) {
     al_logf(&a->log, AL_LOG_INFO, "site %s: peers are at round %ld, joining", a->name[a->self],
             ahead);
     double t_end = al_now() + 4 * a->cfg->round_deadline_s + 60;
+    int liar[AG_MAX_SITES] = {0}; /* served a state that did not fit: not a source again */
     for (;;) {
         if (al_now() > t_end)
             return al_errf(err, AL_ETIMEOUT, "joining: peers never settled on one round");
@@ -522,7 +524,7 @@ int ag_join(agent *a, al_err *err) {
                     ok = 0; /* gone, or already past the round we registered for */
                 else if (pm[i].round < r + 1)
                     behind = 1;
-                else
+                else if (!liar[i])
                     src = i;
                 free(d);
             }
@@ -539,10 +541,10 @@ int ag_join(agent *a, al_err *err) {
         if (rc == 0) rc = al_outer_deserialize(&a->outer, d, n, &a->outer.cfg, &e);
         free(d);
         if (rc == 0) rc = al_policy_load(a->pol, pm[src].policy, &e);
-        if (rc) {
-            up[src] = 0;
+        if (rc) { /* it stays a peer (registered, a member); the state comes from another */
+            liar[src] = 1;
             int left = 0;
-            for (int i = 0; i < a->nsites; i++) left += up[i];
+            for (int i = 0; i < a->nsites; i++) left += up[i] && !liar[i];
             al_logf(&a->log, AL_LOG_WARN, "joining: the state from %s refused (%s); %s",
                     a->name[src], e.msg, left ? "trying another peer" : "no peer left");
             if (!left) {

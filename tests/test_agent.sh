@@ -147,10 +147,12 @@ for fault in interval stats; do
     # mid-stats: a and b also pause 0.7 s between committing a round and
     # publishing its snapshot, so that c's registration lands in that window
     # (it once registered c a round later at one peer than at the other)
-    pub=0
-    [[ $fault == stats ]] && pub=700
+    # mid-interval: b serves joiners half of its state (a peer that lies about
+    # the state's size, issue 17): c must refuse it and take a's
+    pub=0 bfault=badstate
+    [[ $fault == stats ]] && pub=700 bfault=publish:700
     AL_FAULT=publish:$pub start $dir a
-    AL_FAULT=publish:$pub start $dir b
+    AL_FAULT=$bfault start $dir b
     AL_FAULT=$fault:3 start $dir c
     await "$PID_c" 60
     rc=$?
@@ -185,11 +187,15 @@ EOF
         no "$fault kill: survivors did not finish round 3 without c: $(grep round $dir/a.log | head -5)"
     elif ! grep -q "joined at round" $dir/c.log; then
         no "$fault kill: c did not rejoin: $(tail -n 3 $dir/c.log)"
+    elif [[ $fault == interval ]] && ! { grep -q "joining: the state from b refused.*trying another peer" $dir/c.log &&
+        grep -q "joined at round .*(state from a)" $dir/c.log; }; then
+        no "interval kill: c should have refused b's half state and joined from a: $(grep -h "joining\|joined" $dir/c.log)"
     elif ! grep -q '"event":"drop".*"site":"c"' $dir/run-a/events.jsonl ||
         ! grep -q '"event":"rejoin".*"site":"c"' $dir/run-a/events.jsonl; then
         no "$fault kill: a's event log lacks c's drop or rejoin: $(grep -v '"event":"round"' $dir/run-a/events.jsonl | head -5)"
     else
         ok "site killed mid-$fault: survivors went on without it, it rejoined with --resume, hashes agree ($ha)"
+        [[ $fault == interval ]] && ok "the joiner refused b's state that did not fit and joined from a: $(grep -h "state from b refused" $dir/c.log | head -c 160)"
     fi
 done
 

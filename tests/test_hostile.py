@@ -5,6 +5,13 @@ certificate (and mallory's, a certificate of the run's CA for no listed
 site). While a and b train, c:
   - pushes a reduce shard announcing 64 MiB, far more than a shard of this
     model can take encoded: refused OUT_OF_RANGE before anything is allocated;
+  - forges a gather: pushes b a valid encoded "mean" of shard 0 of {a, b} (a's
+    shard: 50.0 in every value), for the round in progress and the next. It is
+    stored in c's own slot and never read: b takes a's shard only from a;
+  - pulls a's θ state slowly: takes the first 1 MiB chunk, waits (within the
+    server's 10 s idle timeout) until a has committed another round and
+    replaced the snapshot being streamed, then reads the rest: the state
+    arrives whole (its SHA-256 trailer holds);
   - opens 8 PushShard streams that send nothing: 2 are held, 6 refused at once
     (RESOURCE_EXHAUSTED), and a and b go on;
   - opens 8 such streams as mallory: all refused at once (PERMISSION_DENIED);
@@ -65,14 +72,14 @@ ca = {tmp}/certs/ca.pem
 cert = {tmp}/certs/{me}.pem
 key = {tmp}/certs/{me}.key
 [model]
-preset = tiny
+preset = demo
 [data]
 train = {tmp}/data/train.bin
 val = {tmp}/data/val.bin
 [inner]
 batch = 4
 seq = 32
-steps = 60
+steps = 120
 warmup = 5
 lr = 1e-2
 threads = 1
@@ -96,11 +103,96 @@ def read(path):
         return f.read()
 
 
-def channel(tmp, site, port):
+def channel(tmp, site, port, extra=(), server="a"):
     creds = grpc.ssl_channel_credentials(read(f"{tmp}/certs/ca.pem"), read(f"{tmp}/certs/{site}.key"),
                                          read(f"{tmp}/certs/{site}.pem"))
     return grpc.secure_channel(f"127.0.0.1:{port}", creds,
-                               options=[("grpc.ssl_target_name_override", "a")])
+                               options=[("grpc.ssl_target_name_override", server)] + list(extra))
+
+
+def encode_int8_const(v, n, block=128):
+    """n copies of v in the codec's int8 encoding (outer/al_codec.h), without
+    zstd: a 48-byte header, the blocks' fp32 scales (absmax / 127), then the
+    quantised values (all 127). The run's codec is int8: a shard must fit its
+    bound (an fp32 one is refused OUT_OF_RANGE before allocation)."""
+    import struct
+    from xxh64 import xxh64
+    nb = (n + block - 1) // block
+    body = struct.pack(f"<{nb}f", *([v / 127.0] * nb)) + bytes([127]) * n
+    return struct.pack("<IBBBBIIQQQQ", 0x44434C41, 1, 3, 0, 0, block, 0, n, len(body), len(body),
+                       xxh64(body)) + body
+
+
+def forge_gather(pb, tmp, ports, nparams):
+    """c pushes b the mean of a's shard (shard 0 of the 2 members a, b)."""
+    from xxh64 import xxh64
+    ch = channel(tmp, "c", ports["b"], server="b")
+    push = ch.stream_unary("/autoloco.v1.Site/PushShard",
+                           request_serializer=pb.ShardChunk.SerializeToString,
+                           response_deserializer=pb.ShardAck.FromString)
+    ping = ch.unary_unary("/autoloco.v1.Site/Ping", request_serializer=pb.Heartbeat.SerializeToString,
+                          response_deserializer=pb.Heartbeat.FromString)
+    enc = encode_int8_const(50.0, nparams // 2)  # shard 0 of 2: [0, P/2)
+    sums = (xxh64(enc), xxh64(enc))
+    # for the round after b's current one (b takes rounds r and r + 1; rounds
+    # here last half a second, so try again if b moved on meanwhile)
+    codes = []
+    for _ in range(5):
+        r = ping(pb.Heartbeat(schema=1, site="c", round=0, epoch=0), timeout=10).round + 1
+        msg = pb.ShardChunk(schema=1, site="c", round=r, epoch=0, phase=pb.PHASE_GATHER,
+                            shard_id=1, num_shards=136,  # id of shard 0 of M = 2: M(M-1)/2 + 0
+                            offset=0, total_bytes=len(enc), codec=pb.CODEC_INT8, zstd=False,
+                            payload=enc, checksum=sums[0], shard_checksum=sums[1])
+        try:
+            push(iter([msg]), timeout=20)
+            codes.append(f"round {r}: OK")
+            break
+        except grpc.RpcError as e:
+            codes.append(f"round {r}: {e.code().name}: {e.details()}")
+    ch.close()
+    check("a forged mean of a's shard (50.0 everywhere), pushed to b, is taken (into c's slot)",
+          codes[-1].endswith(": OK"), " | ".join(codes))
+
+
+def slow_pull(pb, tmp, port):
+    """Pull a's θ state, stalling after the first chunk until a commits a round
+    (a reader stalled longer than the idle timeout is cut off, by design);
+    returns the number of parameters the state holds."""
+    import hashlib
+    import struct
+    ch = channel(tmp, "c", port, [("grpc.http2.lookahead_bytes", 16384), ("grpc.http2.bdp_probe", 0)])
+    pull = ch.unary_stream("/autoloco.v1.Site/PullState",
+                           request_serializer=pb.StateRequest.SerializeToString,
+                           response_deserializer=pb.StateChunk.FromString)
+    ping = ch.unary_unary("/autoloco.v1.Site/Ping", request_serializer=pb.Heartbeat.SerializeToString,
+                          response_deserializer=pb.Heartbeat.FromString)
+    hb = pb.Heartbeat(schema=1, site="c", round=0, epoch=0)
+    t_end = time.time() + 60
+    while ping(hb, timeout=10).round < 1 and time.time() < t_end:  # past the start: rounds commit
+        time.sleep(0.1)
+    it = pull(pb.StateRequest(schema=1, site="c", run_id="hostile", part=pb.STATE_THETA), timeout=120)
+    first = next(it)
+    r0 = ping(pb.Heartbeat(schema=1, site="c", round=0, epoch=0), timeout=10).round
+    t_end = time.time() + 2  # the agent's idle timeout is its round deadline, 3 s
+    while time.time() < t_end:
+        if ping(pb.Heartbeat(schema=1, site="c", round=0, epoch=0), timeout=10).round >= r0 + 1:
+            break
+        time.sleep(0.1)
+    r1 = ping(pb.Heartbeat(schema=1, site="c", round=0, epoch=0), timeout=10).round
+    buf = bytearray(first.payload)
+    chunks = 1
+    for c in it:
+        assert c.offset == len(buf), (c.offset, len(buf))
+        buf += c.payload
+        chunks += 1
+    ch.close()
+    n = struct.unpack_from("<Q", buf, 16)[0]
+    whole = len(buf) == first.total_bytes == 56 + 8 * n + 64  # header, θ and momentum, trailer
+    sha_ok = hashlib.sha256(bytes(buf[:-64])).hexdigest().encode() == bytes(buf[-64:])
+    check(f"a {len(buf)} B state read slowly ({chunks} chunks) while a went from round {r0} to {r1}:"
+          " whole, its SHA-256 trailer holds", whole and sha_ok and chunks > 1 and r1 >= r0 + 1,
+          f"total {first.total_bytes}, n {n}, sha {'ok' if sha_ok else 'BAD'}")
+    return n
 
 
 def outcome(f, wait):
@@ -111,7 +203,8 @@ def outcome(f, wait):
     return e.code() if e else grpc.StatusCode.OK
 
 
-def attack(pb, tmp, port):
+def attack(pb, tmp, ports):
+    port = ports["a"]
     ch = channel(tmp, "c", port)
     push = ch.stream_unary("/autoloco.v1.Site/PushShard",
                            request_serializer=pb.ShardChunk.SerializeToString,
@@ -133,9 +226,11 @@ def attack(pb, tmp, port):
         code, details = grpc.StatusCode.OK, ""
     except grpc.RpcError as e:
         code, details = e.code(), e.details()
-    check("a 64 MiB shard for a model of 36,736 parameters -> OUT_OF_RANGE, before allocation",
+    check("a 64 MiB shard for a model of 454,144 parameters -> OUT_OF_RANGE, before allocation",
           code == grpc.StatusCode.OUT_OF_RANGE and "more than such a shard can take" in details,
           f"{code.name}: {details}")
+
+    forge_gather(pb, tmp, ports, slow_pull(pb, tmp, port))
 
     def idle(site, n):
         c2 = channel(tmp, site, port)
@@ -202,7 +297,7 @@ def main():
             if "listening on port" in open(f"{tmp}/a.log").read():
                 break
             time.sleep(0.1)
-        held = attack(pb, tmp, ports["a"])
+        held = attack(pb, tmp, ports)
         rcs = [p.wait(timeout=240) for p in procs]
         dt = time.time() - t0
         held[1].set()
@@ -219,9 +314,9 @@ def main():
               any("refused c: RESOURCE_EXHAUSTED" in ln for ln in refusals) and
               any("refused mallory: PERMISSION_DENIED" in ln for ln in refusals),
               " | ".join(sorted(set(ln[:110] for ln in refusals))))
-        # 6 rounds, each waiting at most deadline_s (3 s) for c's statistics;
+        # 12 rounds, each waiting at most deadline_s (3 s) for c's statistics;
         # idle streams holding threads would add deadlines on top
-        check("the run took no longer than its rounds' deadlines allow", dt < 6 * 3 + 40,
+        check("the run took no longer than its rounds' deadlines allow", dt < 12 * 3 + 40,
               f"{dt:.1f} s")
     finally:
         for p in procs:
