@@ -94,6 +94,11 @@ int al_agent_check_config(const al_config *c, al_err *err) {
     al_codec_cfg cc;
     if (rc == 0 && (rc = al_codec_parse(c->outer_codec, &cc, err)))
         al_err_prefix(err, "[outer] codec");
+    if (rc == 0 && c->round_peer_timeout_s < 2 * c->round_heartbeat_s)
+        rc = al_errf(err, AL_ECONFIG,
+                     "[round] peer_timeout_s: %g s is less than two heartbeats (heartbeat_s = %g "
+                     "s): one late answer would take a peer for down",
+                     c->round_peer_timeout_s, c->round_heartbeat_s);
     if (rc == 0 && c->outer_max_delta_ratio > 0 && c->outer_max_delta_ratio < 1)
         rc = al_errf(err, AL_ECONFIG,
                      "[outer] max_delta_ratio: %g would leave out the median site itself (0 = off, "
@@ -141,6 +146,7 @@ static int run_interval(agent *a, long h, al_err *err) {
                         "saving",
                         a->name[a->self], (int)g_agent_stop, a->round, a->iv.steps, target);
             if (a->round == a->fault_interval && a->iv.steps == target / 2) raise(SIGKILL);
+            if (a->round == a->fault_freeze && a->iv.steps == target / 2) raise(SIGSTOP);
             al_step_stats st;
             int rc = al_trainer_step(&a->tr, &st, err);
             if (rc) return rc;
@@ -368,15 +374,18 @@ static double sync_bytes(const agent *a, int M) {
 
 static void log_event_line(agent *a, const char *line) {
     if (!a->events || !line) return;
-    fputs(line, a->events);
-    fputc('\n', a->events);
+    fprintf(a->events, "%s\n", line); /* one call: whole lines from either thread */
     fflush(a->events);
 }
 
-void ag_event(agent *a, const char *kind, const char *site) {
-    char *line = al_metrics_event(&a->met, kind, site, a->round, a->step);
+void ag_event_at(agent *a, const char *kind, const char *site, long round, long step) {
+    char *line = al_metrics_event(&a->met, kind, site, round, step);
     log_event_line(a, line);
     free(line);
+}
+
+void ag_event(agent *a, const char *kind, const char *site) {
+    ag_event_at(a, kind, site, a->round, a->step);
 }
 
 static int round_once(agent *a, double *eval, al_err *err) {
@@ -561,6 +570,8 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
+    a->fault_freeze = -1;
+    if (fault && !strncmp(fault, "freeze:", 7)) a->fault_freeze = atol(fault + 7);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);
@@ -644,6 +655,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
 
 static void teardown(agent *a) {
     al_http_stop(a->http);
+    ag_hb_stop(a);
     ag_net_stop(a);
     if (a->events) fclose(a->events);
     if (a->workers > 1) {
@@ -712,6 +724,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
                     c->dashboard_address, al_http_port(a->http));
     }
     if (rc == 0) rc = ag_net_start(a, err);
+    if (rc == 0) rc = ag_hb_start(a, err);
     if (rc == 0) {
         if (a->round == 0 && a->nh == 0) {
             int64_t h0;

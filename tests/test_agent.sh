@@ -74,6 +74,8 @@ conf() {
         echo "h_base = ${H:-10}"
         echo "[round]"
         echo "deadline_s = ${DEADLINE:-${AL_TEST_DEADLINE:-5}}"
+        [[ -n ${HB:-} ]] && echo "heartbeat_s = $HB"
+        [[ -n ${PT:-} ]] && echo "peer_timeout_s = $PT"
         echo "[checkpoint]"
         echo "dir = $dir/run-$me"
         echo "every = ${EVERY:-0}"
@@ -223,6 +225,36 @@ for lie in "badstats:11 inner steps, this site ran 10" "badtokens:2^63 or more t
         no "lying peer ($fault): rc $rc, hashes $ha $hb: $(grep -h 'leaving\|error' $dir/a.log $dir/b.log | head -3)"
     fi
 done
+
+# ---- 2f. a silent site: failure detection by heartbeats (issue 13) ------------------
+# c freezes itself (SIGSTOP) mid-interval: it neither answers nor refuses. With [round]
+# deadline_s = 30, a and b would wait 30 s for it; its heartbeats stop, so
+# they call it down within peer_timeout_s (2 s) + 1 s and go on without it.
+dir=r2f
+PORTS=($(port) $(port) $(port))
+for s in a b c; do STEPS=200 DEADLINE=30 HB=0.5 PT=2 conf $dir $s "a b c"; done
+start $dir a
+start $dir b
+AL_FAULT=freeze:3 start $dir c # SIGSTOP halfway through its round-3 interval
+for _ in $(seq 1 1200); do [[ $(ps -o stat= -p "$PID_c") == T* ]] && break; sleep 0.05; done
+t0=$(date +%s.%N)
+for _ in $(seq 1 100); do grep -q "no heartbeat answered by c" $dir/a.log && break; sleep 0.05; done
+t1=$(date +%s.%N)
+rc=0
+await "$PID_a" 120 || rc=1
+await "$PID_b" 120 || rc=1
+kill -KILL "$PID_c" 2>/dev/null
+kill -CONT "$PID_c" 2>/dev/null
+wait "$PID_c" 2>/dev/null
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json)
+dt=$(python3 -c "print(f'{$t1 - $t0:.2f}')")
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] && grep -q "no heartbeat answered by c" $dir/a.log &&
+    python3 -c "import sys; sys.exit(0 if $dt <= 3.0 else 1)" &&
+    grep -q '"event":"down".*"site":"c"' $dir/run-a/events.jsonl; then
+    ok "a frozen site is down after ${dt} s (peer_timeout_s 2 + 1 s allowed, deadline 30 s); a and b finish together"
+else
+    no "frozen site: rc $rc, hashes $ha $hb, down after $dt s: $(grep -h 'heartbeat\|leaving\|dropping' $dir/a.log | head -3)"
+fi
 
 # ---- 2c. a connection cut through wanem mid-sync ----------------------------------
 PORTS=($(port) $(port))
@@ -380,6 +412,8 @@ sed 's/^lr = 0.7$/lr = fast/' r6/a.ini >r6/bad6.ini
 expect_err "bad6.ini:[0-9]+: \[outer\] lr: 'fast' is not a number" -- "$bin" config check r6/bad6.ini
 sed 's/^\[outer\]$/[outer]\nmax_delta_ratio = 0.5/' r6/a.ini >r6/bad7.ini
 expect_err "\[outer\] max_delta_ratio: 0.5 would leave out the median site itself" -- "$bin" config check r6/bad7.ini
+sed 's/^\[round\]$/[round]\nheartbeat_s = 2\npeer_timeout_s = 3/' r6/a.ini >r6/bad8.ini
+expect_err "\[round\] peer_timeout_s: 3 s is less than two heartbeats \(heartbeat_s = 2 s\)" -- "$bin" config check r6/bad8.ini
 # a peer with another run configuration
 conf r7 a "a b"
 OUTER_LR=0.5 conf r7 b "a b"
