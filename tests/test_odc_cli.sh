@@ -164,6 +164,24 @@ else
     no "a checkpoint without worker state: status $rc: $err"
 fi
 
+# a data position outside the data is refused, naming the checkpoint
+cp -r "$mid" "$tmp/ck-far"
+python3 - "$tmp/ck-far/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["data"]["next"] = 10**9
+json.dump(m, open(sys.argv[1], "w"))
+PY
+# (stderr also has the warning that the configuration differs: checkpoint.dir)
+err=$("$bin" train "${w2[@]}" --set checkpoint.dir="$tmp/ck-far-out" --resume "$tmp/ck-far" 2>&1 >/dev/null)
+rc=$?
+err=$(grep '^autoloco: error:' <<<"$err")
+if [[ $rc -eq 1 && $err == "autoloco: error: $tmp/ck-far: loader state (doc 1000000000) beyond "*"train.bin (290 documents)" ]]; then
+    echo "ok: data position outside the data: $err"
+else
+    no "a data position outside the data: status $rc: $err"
+fi
+
 # bench odc on the same tiny data: the JSON keys
 line=$("$bin" bench odc --preset tiny --data "$tmp/data/train.bin" --docs 4 --steps 1 --rounds 1 \
     --json 2>&1 | tail -1)
