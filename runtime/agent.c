@@ -284,16 +284,20 @@ static int write_extra(void *ctx, int i, const char *path, al_err *err) {
 }
 
 static int save(agent *a, al_err *err) {
+    int rc;
     if (a->workers > 1) { /* the trainer is only the carrier of the shared parameters */
         memcpy(a->tr.model.params, a->odc.params, a->P * sizeof(float));
         memcpy(a->tr.m, a->odc.m, a->P * sizeof(float));
         memcpy(a->tr.v, a->odc.v, a->P * sizeof(float));
     }
     a->tr.step = a->step;
-    al_ckpt_extra ex = {2, EXTRA_FILES, write_extra};
+    /* W > 1: the workers' data position (their source is the parent's
+     * a->wl, replayed in step after every run); the step count is a->step */
+    al_ckpt_extra ex = {2, EXTRA_FILES, write_extra, a->workers, {0, 0, 0}};
+    if (a->workers > 1 && (rc = al_workload_tell(&a->wl, &ex.data, err))) return rc;
     char dir[4096];
-    int rc = al_ckpt_save_ex(a->cfg->checkpoint_dir, &a->tr, a->hash, (int)a->cfg->checkpoint_keep,
-                             &ex, a, dir, sizeof dir, err);
+    rc = al_ckpt_save_ex(a->cfg->checkpoint_dir, &a->tr, a->hash, (int)a->cfg->checkpoint_keep, &ex,
+                         a, dir, sizeof dir, err);
     if (rc == 0) {
         al_logf(&a->log, AL_LOG_INFO, "site %s: saved checkpoint %s (round %ld, step %ld)",
                 a->name[a->self], dir, a->round, a->step);
@@ -305,8 +309,13 @@ static int save(agent *a, al_err *err) {
 
 static int load(agent *a, const char *path, al_err *err) {
     char dir[4096], f[4200];
+    al_loader_state pos;
     int rc = al_ckpt_find(path, &a->log, dir, sizeof dir, err);
-    if (rc == 0) rc = al_ckpt_load(dir, &a->tr, a->hash, &a->log, err);
+    if (rc == 0) rc = al_ckpt_load_ex(dir, &a->tr, a->hash, &a->log, a->workers, &pos, err);
+    /* W > 1: the workers' source continues where it stood (the workers are
+     * forked after this, with it) */
+    if (rc == 0 && a->workers > 1 && (rc = al_workload_seek(&a->wl, &pos, err)))
+        al_err_prefix(err, "%s", dir);
     if (rc) return rc;
     snprintf(f, sizeof f, "%s/outer.bin", dir);
     if ((rc = al_outer_load(&a->outer, f, &a->outer.cfg, err))) return rc;
@@ -357,6 +366,7 @@ static int load(agent *a, const char *path, al_err *err) {
         memcpy(a->odc.params, a->tr.model.params, a->P * sizeof(float));
         memcpy(a->odc.m, a->tr.m, a->P * sizeof(float));
         memcpy(a->odc.v, a->tr.v, a->P * sizeof(float));
+        a->odc.step = a->step; /* AdamW's bias correction and the lr schedule go on from here */
     }
     if (rc == 0)
         al_logf(&a->log, AL_LOG_INFO, "site %s: resumed from %s at round %ld, step %ld",
@@ -626,12 +636,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
         rc = al_workload_init(&a->wl, a->o.packing == AL_PACK_STREAM ? AL_WL_FIXED : AL_WL_DOCS,
                               &a->train, seq, data_seed, 0, 0, err);
         if (rc == 0) rc = al_odc_init(&a->odc, &a->mc, &eo, &a->train, src_next, a, err);
-        /* the workers are forked here, once, while this process has no other
-         * thread yet (gRPC, HTTP and OpenMP start later) */
-        if (rc == 0) rc = al_odc_start(&a->odc, err);
         if (rc) return rc;
-        al_logf(&a->log, AL_LOG_INFO, "site %s: %d workers forked once (process threads: %d)",
-                c->site_name, a->workers, a->odc.shm.pool_threads);
     }
     /* the outer loop starts from the same initial weights on every site */
     al_outer_cfg oc;
@@ -651,6 +656,18 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     a->part = malloc(a->P * sizeof(float));
     if (!a->delta || !a->dbar || !a->part) return al_errf(err, AL_ENOMEM, "agent: out of memory");
     return al_metrics_init(&a->met, c->site_name, err);
+}
+
+/* W > 1: fork the workers, once, while this process has no other thread yet
+ * (gRPC, HTTP and OpenMP start later), and after a --resume has moved the
+ * source: each worker keeps its own copy of it from here on. */
+static int start_workers(agent *a, al_err *err) {
+    if (a->workers == 1) return 0;
+    int rc = al_odc_start(&a->odc, err);
+    if (rc == 0)
+        al_logf(&a->log, AL_LOG_INFO, "site %s: %d workers forked once (process threads: %d)",
+                a->name[a->self], a->workers, a->odc.shm.pool_threads);
+    return rc;
 }
 
 static void teardown(agent *a) {
@@ -705,6 +722,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     if (!a) return al_errf(err, AL_ENOMEM, "agent: out of memory");
     int rc = setup(a, c, err);
     if (rc == 0 && o->resume) rc = load(a, o->resume, err);
+    if (rc == 0) rc = start_workers(a, err);
     if (rc == 0 && (rc = al_mkdirs(c->checkpoint_dir, err))) al_err_prefix(err, "[checkpoint] dir");
     if (rc == 0) {
         char path[4200];

@@ -8,10 +8,12 @@
 #      restarted with --resume rejoins and ends with the same hash; a
 #      connection cut through wanem mid-sync recovers without dropping a site;
 #   3. exact resume: a 2-site run stopped by SIGTERM (each site finishes the
-#      round) and resumed ends with the hash of the uninterrupted run; and
-#      `autoloco sim` with the same settings ends on that hash too;
+#      round) and resumed ends with the hash of the uninterrupted run, also
+#      with 2 workers per site; `autoloco sim` with the same settings ends on
+#      that hash too;
 #   4. bad input: config errors, a peer with another run config, a certificate
-#      for an unlisted site, a corrupt checkpoint, another preset's checkpoint.
+#      for an unlisted site, a corrupt checkpoint, another preset's checkpoint,
+#      a checkpoint without worker state for a 2-worker site.
 # Every wait is bounded (timeout); nothing is left running. AL_TEST_DEADLINE
 # sets the agents' round deadline (default 5 s; the sanitizer run uses more).
 . "$(dirname "$0")/shell_lib.sh"
@@ -322,11 +324,33 @@ else
 fi
 
 # ---- 3. exact resume ---------------------------------------------------------------
+# run2 DIR [resume] -- sites a and b of DIR to the end (resume: each from its
+# checkpoints); status 0 if both end with 0
+run2() {
+    local dir=$1 s
+    for s in a b; do
+        if [[ ${2:-} == resume ]]; then start $dir $s --resume $dir/run-$s; else start $dir $s; fi
+    done
+    await "$PID_a" 400 && await "$PID_b" 400
+}
+# stop2 DIR ROUND DELAY -- start a and b; DELAY s after both logged round
+# ROUND, SIGTERM to both at once: each finishes the round in progress with the
+# other, saves and ends (status 0 if both end with 0). DELAY puts the signal
+# in the middle of the next interval, so both are in the same round.
+stop2() {
+    local dir=$1 r=$2 ra=0
+    start $dir a
+    start $dir b
+    for _ in $(seq 1 300); do grep -q "round $r |" $dir/a.log 2>/dev/null && grep -q "round $r |" $dir/b.log 2>/dev/null && break; sleep 0.1; done
+    sleep "$3"
+    kill -TERM "$PID_a" "$PID_b"
+    await "$PID_a" 60 || ra=1
+    await "$PID_b" 60 || ra=1
+    return $ra
+}
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r4 $s "a b"; done
-start r4 a
-start r4 b
-await "$PID_a" 400 && await "$PID_b" 400 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
+run2 r4 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
 ref=$(hash_of r4/run-a/summary.json)
 # The simulator shares the agents' commit path and codec (issue 17): two
 # simulated sites with r4's settings, data and data order end on r4's theta.
@@ -343,18 +367,8 @@ else
 fi
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r5 $s "a b"; done
-start r5 a
-start r5 b
-for _ in $(seq 1 300); do grep -q "round 0 |" r5/a.log 2>/dev/null && grep -q "round 0 |" r5/b.log 2>/dev/null && break; sleep 0.1; done
-sleep 0.4
-kill -TERM "$PID_a" "$PID_b"
-ra=0
-await "$PID_a" 60 || ra=1
-await "$PID_b" 60 || ra=1
-[[ $ra -eq 0 ]] || no "SIGTERM did not end the agents with status 0"
-start r5 a --resume r5/run-a
-start r5 b --resume r5/run-b
-await "$PID_a" 400 && await "$PID_b" 400 || no "resumed run failed: $(tail -n 2 r5/*.log)"
+stop2 r5 0 0.4 || no "SIGTERM did not end the agents with status 0"
+run2 r5 resume || no "resumed run failed: $(tail -n 2 r5/*.log)"
 got=$(hash_of r5/run-a/summary.json)
 if [[ -n $ref && $ref == "$got" && $(hash_of r5/run-b/summary.json) == "$ref" ]] &&
     grep -q "resumed from" r5/a.log; then
@@ -380,6 +394,32 @@ for s in "ab":
     assert all(abs(x) < 512 for x in extra.values()), f"site {s}: wire bytes {extra}"
 EOF
     no "resume: counters differ from the uninterrupted run"
+
+# ---- 3b. exact resume with 2 workers per site (issue 13) ---------------------------
+# The checkpoint holds the workers' data position and the engine's step, and a
+# resumed site forks its workers after loading it. Small: tiny, 4 rounds. Each
+# interval (250 steps, ~0.75 s) is long against the time the signal takes to
+# follow the round 0 line, so both sites get it in round 1; with short rounds
+# (30 steps) it once landed after one site's commit and before the other's,
+# and they stopped a round apart.
+PORTS=($(port) $(port))
+for s in a b; do WORKERS=2 STEPS=1000 H=250 conf r4w $s "a b"; done
+run2 r4w || no "W=2: uninterrupted run failed: $(tail -n 2 r4w/*.log)"
+ref=$(hash_of r4w/run-a/summary.json)
+PORTS=($(port) $(port))
+for s in a b; do WORKERS=2 STEPS=1000 H=250 conf r5w $s "a b"; done
+stop2 r5w 0 0 || no "W=2: SIGTERM did not end the agents with status 0"
+# both saved after the same round, before the last
+at=$(sed -n 's/.*saved checkpoint .* (round \([0-9]*\), step.*/\1/p' r5w/a.log r5w/b.log | sort -u)
+run2 r5w resume || no "W=2: resumed run failed: $(tail -n 2 r5w/*.log)"
+got=$(hash_of r5w/run-a/summary.json)
+if [[ $at =~ ^[0-9]+$ ]] && ((at < 4)) && [[ -n $ref && $got == "$ref" && $(hash_of r5w/run-b/summary.json) == "$ref" ]] &&
+    [[ $(grep -c "2 workers forked once (process threads: 1)" r5w/a.log) -eq 2 ]] &&
+    grep -q "resumed from .* at round $at, step $((at * 250))" r5w/a.log; then
+    ok "W=2: stopped by SIGTERM after $at rounds of 4, resumed: theta $got, as uninterrupted ($ref)"
+else
+    no "W=2 resume not exact: stopped at round(s) '$at', uninterrupted $ref, resumed $got $(hash_of r5w/run-b/summary.json)"
+fi
 
 # ---- 4. bad input ------------------------------------------------------------------
 # expect_err STATUS PATTERN -- CMD...: one error line matching PATTERN
@@ -467,6 +507,19 @@ m["files"]["agent.json"] = hashlib.sha256(open(f"{d}/agent.json", "rb").read()).
 open(f"{d}/manifest.json", "w").write(json.dumps(m))
 EOF
 expect_err "counter autoloco_syncs_total: not a finite number >= 0" -- "$bin" agent -c r5/b.ini --resume r5bad
+
+# a 2-worker site refuses a checkpoint without the workers' state (one written
+# before it was saved: its data position is not theirs), naming the manifest
+mkdir -p r5wold
+cp -r "$(ls -d r5w/run-a/step-* | sort | tail -n 1)" r5wold/
+python3 - r5wold/step-* <<'EOF'
+import json, sys
+f = sys.argv[1] + "/manifest.json"
+m = json.load(open(f))
+del m["workers"]
+json.dump(m, open(f, "w"))
+EOF
+expect_err "r5wold/step-[0-9]+/manifest.json: no worker state .*cannot resume 2 workers exactly" -- "$bin" agent -c r5w/a.ini --resume r5wold
 
 # checkpoints: a flipped bit falls back to the previous one; another preset is refused
 ck=r2-interval/run-a
