@@ -113,5 +113,14 @@ int al_workload_init(al_workload *wl, al_workload_kind kind, const al_tokens *da
 void al_workload_free(al_workload *wl);
 /* The next n pieces. */
 void al_workload_next(al_workload *wl, al_piece *out, int n);
+/* Where a workload stands, as a loader position (what checkpoints save):
+ * docs: its loader's (epoch, document in the epoch's order, positions of it
+ * used), the order being recomputed from (seed, epoch); fixed: the next
+ * window's first token in `next`. Seek jumps there; the pieces that follow
+ * are the ones that followed the tell. A position outside the data is
+ * AL_EMISMATCH. lognormal draws from an RNG, not a position: both are
+ * AL_EUNSUPPORTED. */
+int al_workload_tell(const al_workload *wl, al_loader_state *st, al_err *err);
+int al_workload_seek(al_workload *wl, const al_loader_state *st, al_err *err);
 
 #endif

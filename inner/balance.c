@@ -436,3 +436,28 @@ void al_workload_next(al_workload *wl, al_piece *out, int n) {
         }
     }
 }
+
+int al_workload_tell(const al_workload *wl, al_loader_state *st, al_err *err) {
+    if (wl->kind == AL_WL_DOCS) {
+        *st = wl->ld.st;
+        return 0;
+    }
+    if (wl->kind == AL_WL_FIXED) {
+        *st = (al_loader_state){0, wl->off, 0};
+        return 0;
+    }
+    return al_errf(err, AL_EUNSUPPORTED, "workload %s: draws at random, it has no position",
+                   al_workload_name(wl->kind));
+}
+
+int al_workload_seek(al_workload *wl, const al_loader_state *st, al_err *err) {
+    if (wl->kind == AL_WL_DOCS) return al_loader_seek(&wl->ld, st, err);
+    if (wl->kind != AL_WL_FIXED)
+        return al_errf(err, AL_EUNSUPPORTED, "workload %s: draws at random, it has no position",
+                       al_workload_name(wl->kind));
+    if (st->next >= wl->data->n)
+        return al_errf(err, AL_EMISMATCH, "data position (token %llu) beyond %s (%zu tokens)",
+                       (unsigned long long)st->next, wl->data->path, wl->data->n);
+    wl->off = st->next;
+    return 0;
+}

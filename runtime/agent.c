@@ -94,6 +94,11 @@ int al_agent_check_config(const al_config *c, al_err *err) {
     al_codec_cfg cc;
     if (rc == 0 && (rc = al_codec_parse(c->outer_codec, &cc, err)))
         al_err_prefix(err, "[outer] codec");
+    if (rc == 0 && c->round_peer_timeout_s < 2 * c->round_heartbeat_s)
+        rc = al_errf(err, AL_ECONFIG,
+                     "[round] peer_timeout_s: %g s is less than two heartbeats (heartbeat_s = %g "
+                     "s): one late answer would take a peer for down",
+                     c->round_peer_timeout_s, c->round_heartbeat_s);
     if (rc == 0 && c->outer_max_delta_ratio > 0 && c->outer_max_delta_ratio < 1)
         rc = al_errf(err, AL_ECONFIG,
                      "[outer] max_delta_ratio: %g would leave out the median site itself (0 = off, "
@@ -141,6 +146,7 @@ static int run_interval(agent *a, long h, al_err *err) {
                         "saving",
                         a->name[a->self], (int)g_agent_stop, a->round, a->iv.steps, target);
             if (a->round == a->fault_interval && a->iv.steps == target / 2) raise(SIGKILL);
+            if (a->round == a->fault_freeze && a->iv.steps == target / 2) raise(SIGSTOP);
             al_step_stats st;
             int rc = al_trainer_step(&a->tr, &st, err);
             if (rc) return rc;
@@ -278,16 +284,20 @@ static int write_extra(void *ctx, int i, const char *path, al_err *err) {
 }
 
 static int save(agent *a, al_err *err) {
+    int rc;
     if (a->workers > 1) { /* the trainer is only the carrier of the shared parameters */
         memcpy(a->tr.model.params, a->odc.params, a->P * sizeof(float));
         memcpy(a->tr.m, a->odc.m, a->P * sizeof(float));
         memcpy(a->tr.v, a->odc.v, a->P * sizeof(float));
     }
     a->tr.step = a->step;
-    al_ckpt_extra ex = {2, EXTRA_FILES, write_extra};
+    /* W > 1: the workers' data position (their source is the parent's
+     * a->wl, replayed in step after every run); the step count is a->step */
+    al_ckpt_extra ex = {2, EXTRA_FILES, write_extra, a->workers, {0, 0, 0}};
+    if (a->workers > 1 && (rc = al_workload_tell(&a->wl, &ex.data, err))) return rc;
     char dir[4096];
-    int rc = al_ckpt_save_ex(a->cfg->checkpoint_dir, &a->tr, a->hash, (int)a->cfg->checkpoint_keep,
-                             &ex, a, dir, sizeof dir, err);
+    rc = al_ckpt_save_ex(a->cfg->checkpoint_dir, &a->tr, a->hash, (int)a->cfg->checkpoint_keep, &ex,
+                         a, dir, sizeof dir, err);
     if (rc == 0) {
         al_logf(&a->log, AL_LOG_INFO, "site %s: saved checkpoint %s (round %ld, step %ld)",
                 a->name[a->self], dir, a->round, a->step);
@@ -299,8 +309,13 @@ static int save(agent *a, al_err *err) {
 
 static int load(agent *a, const char *path, al_err *err) {
     char dir[4096], f[4200];
+    al_loader_state pos;
     int rc = al_ckpt_find(path, &a->log, dir, sizeof dir, err);
-    if (rc == 0) rc = al_ckpt_load(dir, &a->tr, a->hash, &a->log, err);
+    if (rc == 0) rc = al_ckpt_load_ex(dir, &a->tr, a->hash, &a->log, a->workers, &pos, err);
+    /* W > 1: the workers' source continues where it stood (the workers are
+     * forked after this, with it) */
+    if (rc == 0 && a->workers > 1 && (rc = al_workload_seek(&a->wl, &pos, err)))
+        al_err_prefix(err, "%s", dir);
     if (rc) return rc;
     snprintf(f, sizeof f, "%s/outer.bin", dir);
     if ((rc = al_outer_load(&a->outer, f, &a->outer.cfg, err))) return rc;
@@ -351,6 +366,7 @@ static int load(agent *a, const char *path, al_err *err) {
         memcpy(a->odc.params, a->tr.model.params, a->P * sizeof(float));
         memcpy(a->odc.m, a->tr.m, a->P * sizeof(float));
         memcpy(a->odc.v, a->tr.v, a->P * sizeof(float));
+        a->odc.step = a->step; /* AdamW's bias correction and the lr schedule go on from here */
     }
     if (rc == 0)
         al_logf(&a->log, AL_LOG_INFO, "site %s: resumed from %s at round %ld, step %ld",
@@ -368,15 +384,18 @@ static double sync_bytes(const agent *a, int M) {
 
 static void log_event_line(agent *a, const char *line) {
     if (!a->events || !line) return;
-    fputs(line, a->events);
-    fputc('\n', a->events);
+    fprintf(a->events, "%s\n", line); /* one call: whole lines from either thread */
     fflush(a->events);
 }
 
-void ag_event(agent *a, const char *kind, const char *site) {
-    char *line = al_metrics_event(&a->met, kind, site, a->round, a->step);
+void ag_event_at(agent *a, const char *kind, const char *site, long round, long step) {
+    char *line = al_metrics_event(&a->met, kind, site, round, step);
     log_event_line(a, line);
     free(line);
+}
+
+void ag_event(agent *a, const char *kind, const char *site) {
+    ag_event_at(a, kind, site, a->round, a->step);
 }
 
 static int round_once(agent *a, double *eval, al_err *err) {
@@ -561,6 +580,8 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
+    a->fault_freeze = -1;
+    if (fault && !strncmp(fault, "freeze:", 7)) a->fault_freeze = atol(fault + 7);
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     al_config_hash(c, a->hash);
@@ -615,12 +636,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
         rc = al_workload_init(&a->wl, a->o.packing == AL_PACK_STREAM ? AL_WL_FIXED : AL_WL_DOCS,
                               &a->train, seq, data_seed, 0, 0, err);
         if (rc == 0) rc = al_odc_init(&a->odc, &a->mc, &eo, &a->train, src_next, a, err);
-        /* the workers are forked here, once, while this process has no other
-         * thread yet (gRPC, HTTP and OpenMP start later) */
-        if (rc == 0) rc = al_odc_start(&a->odc, err);
         if (rc) return rc;
-        al_logf(&a->log, AL_LOG_INFO, "site %s: %d workers forked once (process threads: %d)",
-                c->site_name, a->workers, a->odc.shm.pool_threads);
     }
     /* the outer loop starts from the same initial weights on every site */
     al_outer_cfg oc;
@@ -642,8 +658,21 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     return al_metrics_init(&a->met, c->site_name, err);
 }
 
+/* W > 1: fork the workers, once, while this process has no other thread yet
+ * (gRPC, HTTP and OpenMP start later), and after a --resume has moved the
+ * source: each worker keeps its own copy of it from here on. */
+static int start_workers(agent *a, al_err *err) {
+    if (a->workers == 1) return 0;
+    int rc = al_odc_start(&a->odc, err);
+    if (rc == 0)
+        al_logf(&a->log, AL_LOG_INFO, "site %s: %d workers forked once (process threads: %d)",
+                a->name[a->self], a->workers, a->odc.shm.pool_threads);
+    return rc;
+}
+
 static void teardown(agent *a) {
     al_http_stop(a->http);
+    ag_hb_stop(a);
     ag_net_stop(a);
     if (a->events) fclose(a->events);
     if (a->workers > 1) {
@@ -693,6 +722,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     if (!a) return al_errf(err, AL_ENOMEM, "agent: out of memory");
     int rc = setup(a, c, err);
     if (rc == 0 && o->resume) rc = load(a, o->resume, err);
+    if (rc == 0) rc = start_workers(a, err);
     if (rc == 0 && (rc = al_mkdirs(c->checkpoint_dir, err))) al_err_prefix(err, "[checkpoint] dir");
     if (rc == 0) {
         char path[4200];
@@ -712,6 +742,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
                     c->dashboard_address, al_http_port(a->http));
     }
     if (rc == 0) rc = ag_net_start(a, err);
+    if (rc == 0) rc = ag_hb_start(a, err);
     if (rc == 0) {
         if (a->round == 0 && a->nh == 0) {
             int64_t h0;

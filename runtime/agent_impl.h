@@ -106,6 +106,7 @@ typedef struct agent {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     long cur_round;                       /* the round slots of parity r&1 are for */
+    long cur_step;                        /* inner steps done when cur_round began */
     int exchanging;                       /* members of cur_round are settled */
     ag_slot reduce[2][AG_MAX_SITES];      /* [round&1][sender]: its part of my shard */
     ag_slot gather[2][AG_MAX_SITES];      /* [round&1][sender]: the mean shard its owner sent */
@@ -123,13 +124,37 @@ typedef struct agent {
     long fault_badstats;         /* AL_FAULT=badstats:R / badtokens:R: send round R's */
     long fault_badtokens;        /* statistics with one inner step too many / with
                                   * tokens 2^64-1 (a lying peer) */
+    long fault_freeze;           /* AL_FAULT=freeze:R: SIGSTOP halfway through round R's interval
+                                  * (a site that neither answers nor refuses) */
     int fault_badstate;          /* AL_FAULT=badstate: serve half of θ's state to joiners */
     double fault_poison;         /* AL_FAULT=poison:V: send V in every element of Δ */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
     /* robust aggregation: members of the committed round whose Δ was left out
      * of the mean ([outer] max_delta_ratio) */
     int excluded[AG_MAX_SITES];
+    /* failure detection (agent_hb.c): a thread pings every peer each
+     * [round] heartbeat_s on clients of its own; under mu */
+    al_client *hb_cli[AG_MAX_SITES];
+    pthread_t hb_thread;
+    int hb_running, hb_stop;
+    pthread_cond_t hb_cv;
+    double hb_seen[AG_MAX_SITES]; /* when the peer last answered (al_now) */
+    int down[AG_MAX_SITES];       /* silent for peer_timeout_s: rounds stop waiting for it */
 } agent;
+
+/* agent_hb.c: heartbeats and failure detection. Start after ag_net_start. */
+int ag_hb_start(agent *a, al_err *err);
+void ag_hb_stop(agent *a);
+/* Peer i was heard from (a call of its arrived): it is up. Under a->mu. */
+static inline void ag_heard(agent *a, int i) {
+    if (i < 0 || i >= a->nsites) return;
+    a->hb_seen[i] = al_now();
+    a->down[i] = 0;
+}
+/* Is peer i down (no heartbeat answered for peer_timeout_s)? Under a->mu. */
+static inline int ag_down(const agent *a, int i) {
+    return a->down[i];
+}
 
 /* agent_net.c */
 int ag_net_start(agent *a, al_err *err);
@@ -148,8 +173,11 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
 void ag_hello(agent *a, al_hello *h);
 /* Start accepting round r (moves the receive window, frees old slots). */
 void ag_set_round(agent *a, long r);
-/* A membership event ("drop", "join", "rejoin") about `site`: into the
+/* A membership event ("drop", "join", "rejoin"; "down", "up" from the
+ * heartbeats) about `site`: into the
  * metrics (dashboard, /metrics, /api/v1/status) and the event log. */
 void ag_event(agent *a, const char *kind, const char *site);
+/* The same from another thread (the heartbeats'), at a round and step it read under mu. */
+void ag_event_at(agent *a, const char *kind, const char *site, long round, long step);
 
 #endif

@@ -58,6 +58,7 @@ static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, si
     agent *a = u;
     int sender = site_id(a, m->site);
     pthread_mutex_lock(&a->mu);
+    ag_heard(a, sender); /* every call of a peer is a heartbeat */
     int st = 0, M = 0, k = 0;
     ag_slot *s = sender >= 0 ? slot_for(a, m, sender) : NULL;
     if (s) ag_shard_decode((int)m->shard_id, &M, &k);
@@ -123,6 +124,7 @@ static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
     agent *a = u;
     int id = site_id(a, s->site);
     pthread_mutex_lock(&a->mu);
+    ag_heard(a, id);
     int st = 0;
     if (id < 0) {
         snprintf(why, n, "stats from unknown site '%s'", s->site);
@@ -168,6 +170,7 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
     int st = 0;
     ag_snapshot *sn = a->snap;
     int id = site_id(a, site);
+    ag_heard(a, id);
     if (!sn) {
         snprintf(why, n, "no committed state yet");
         st = AL_ST_UNAVAILABLE;
@@ -221,6 +224,10 @@ static int make_client(agent *a, int i, al_err *err) {
                         .tls = tls,
                         .insecure = (int)c->tls_insecure,
                         .deadline_s = c->round_deadline_s,
+                        /* statistics and pings are small: a peer that does not
+                         * answer one within half its timeout is not waited on
+                         * for a whole round deadline */
+                        .control_deadline_s = 0.5 * c->round_peer_timeout_s,
                         .max_attempts = 3,
                         .backoff_s = 0.1,
                         .backoff_max_s = 1.0,
@@ -287,6 +294,7 @@ void ag_net_stop(agent *a) {
 
 void ag_set_round(agent *a, long r) {
     pthread_mutex_lock(&a->mu);
+    a->cur_step = a->step;
     /* slots of r's parity held round r - 2 (long done): clear them; r + 1's
      * early arrivals in the other parity are kept */
     int p = (int)(r & 1);
@@ -734,6 +742,13 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
         for (int j = 0; j < M && missing < 0; j++)
             if (mem[j] != a->self && !slot_ok(a, &a->reduce[p][mem[j]], me, M)) missing = mem[j];
         if (missing < 0) break;
+        if (ag_down(a, missing)) {
+            pthread_mutex_unlock(&a->mu);
+            al_mean_free(&acc);
+            *dead = missing;
+            return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
+                           a->name[missing]);
+        }
         if (moved_on(a, p, M)) {
             pthread_mutex_unlock(&a->mu);
             al_mean_free(&acc);
@@ -786,6 +801,12 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
         for (int k = 0; k < M && missing < 0; k++)
             if (k != me && !slot_ok(a, &a->gather[p][mem[k]], k, M)) missing = mem[k];
         if (missing < 0) break;
+        if (ag_down(a, missing)) {
+            pthread_mutex_unlock(&a->mu);
+            *dead = missing;
+            return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
+                           a->name[missing]);
+        }
         if (moved_on(a, p, M)) {
             pthread_mutex_unlock(&a->mu);
             *dead = AG_PROBE;
@@ -834,7 +855,14 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
     for (int i = 0; i < a->nsites; i++) {
         if (!expect[i]) continue;
         al_err e = {0};
-        if (push_stats(a, mine, i, &e) != 0) {
+        pthread_mutex_lock(&a->mu);
+        int down = ag_down(a, i);
+        pthread_mutex_unlock(&a->mu);
+        if (down) {
+            al_logf(&a->log, AL_LOG_WARN, "round %ld: %s is down (no heartbeat), leaving it out",
+                    a->round, a->name[i]);
+            expect[i] = 0;
+        } else if (push_stats(a, mine, i, &e) != 0) {
             al_logf(&a->log, AL_LOG_WARN, "round %ld: %s unreachable, leaving it out: %s", a->round,
                     a->name[i], e.msg);
             expect[i] = 0;
@@ -854,7 +882,7 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
                 expect[i] = push_stats(a, mine, i, &e) == 0;
                 pthread_mutex_lock(&a->mu);
             }
-            if (expect[i] && a->have_stats[p][i] != a->round + 1) missing++;
+            if (expect[i] && a->have_stats[p][i] != a->round + 1 && !ag_down(a, i)) missing++;
         }
         if (!missing || !wait_until(a, &dl)) break;
     }
@@ -878,6 +906,11 @@ int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats
             }
             members[M] = i;
             stats[M++] = st;
+        } else if (expect[i] && ag_down(a, i)) {
+            al_logf(&a->log, AL_LOG_WARN,
+                    "round %ld: %s went down (no heartbeat) before its statistics came, leaving "
+                    "it out",
+                    a->round, a->name[i]);
         } else if (expect[i]) {
             al_logf(&a->log, AL_LOG_WARN,
                     "round %ld: no statistics from %s within %.0f s, "

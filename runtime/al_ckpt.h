@@ -19,11 +19,19 @@ int al_ckpt_save(const char *root, const al_trainer *tr, const char *config_hash
                  char *out_dir, size_t out_cap, al_err *err);
 
 /* Extra files a caller stores in the same checkpoint (hashed in the manifest
- * like the others): write(ctx, i, path) writes files[i] at path. */
+ * like the others): write(ctx, i, path) writes files[i] at path. And the
+ * state of W > 1 worker processes (inner/al_odc.h), whose parameters and
+ * AdamW moments the trainer carries: `data` is their source's position
+ * (al_workload_tell), saved in the manifest in place of the trainer's loader,
+ * and the manifest records W ("workers"; 0 or 1 here: 1 and the trainer's
+ * loader). Each worker keeps no other state between steps: the step count
+ * (AdamW's bias correction, the learning-rate schedule) is the trainer's. */
 typedef struct al_ckpt_extra {
     int nfiles;
     const char *const *files;
     int (*write)(void *ctx, int i, const char *path, al_err *err);
+    int workers;
+    al_loader_state data;
 } al_ckpt_extra;
 int al_ckpt_save_ex(const char *root, const al_trainer *tr, const char *config_hash, int keep,
                     const al_ckpt_extra *extra, void *extra_ctx, char *out_dir, size_t out_cap,
@@ -39,6 +47,17 @@ int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_
  * preset. A different config hash is reported on `log` as a warning. */
 int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
                  al_err *err);
+/* The same for a run of `workers` processes. workers > 1: the data position
+ * goes to *data (for their source: al_workload_seek), not to the trainer's
+ * loader; a checkpoint that does not record its worker count (written before
+ * the workers' data position was saved, so its position is not theirs) is
+ * refused, naming the manifest. Any W: a checkpoint of another worker count
+ * loads with a warning on `log`: parameters, AdamW state, step and data
+ * position carry over (both kinds of source read one document order, with
+ * the same seed), but gradients are summed in another order, so the run is
+ * not bit-identical to one that kept its count. */
+int al_ckpt_load_ex(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
+                    int workers, al_loader_state *data, al_err *err);
 
 /* Which parameters to read: an agent's checkpoint holds θ_local
  * (model.safetensors) and θ_global (outer.bin); train's only the first. */

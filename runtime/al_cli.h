@@ -48,15 +48,16 @@ AL_BENCHES(AL_CMD_DECL)
 
 /* `autoloco train` with [inner] workers > 1 (runtime/train_workers.c). When
  * *stop becomes nonzero (SIGINT/SIGTERM) the workers stop after their current
- * step and the parent saves a checkpoint there, as one worker does. */
+ * step and the parent saves a checkpoint there, as one worker does. resume
+ * (NULL: none): continue from that checkpoint (al_ckpt_find), exactly. */
 struct al_config;
 struct al_model_config;
 struct al_train_opts;
 struct al_tokens;
 int al_train_workers(const struct al_config *c, const struct al_model_config *mc,
                      const struct al_train_opts *o, const struct al_tokens *train,
-                     const struct al_tokens *val, const char *hash, volatile sig_atomic_t *stop,
-                     al_err *err);
+                     const struct al_tokens *val, const char *hash, const char *resume,
+                     const al_log *log, volatile sig_atomic_t *stop, al_err *err);
 
 /* Generate from a checkpoint as `autoloco sample` does (an empty prompt;
  * theta_global where present): the continuation as text (bytes, or token ids

@@ -68,6 +68,9 @@
     X(round, deadline_s, DBL, 120, 0.1, 86400,                                                     \
       "seconds a round waits for a site's shards and statistics before dropping it")               \
     X(round, min_sites, INT, 1, 1, 256, "fewest live sites to train with (fewer: wait)")           \
+    X(round, heartbeat_s, DBL, 1.0, 0.05, 60, "seconds between heartbeats (Ping) to every peer")   \
+    X(round, peer_timeout_s, DBL, 5.0, 0.1, 3600,                                                  \
+      "a peer that answers no heartbeat for this long is down: rounds stop waiting for it")        \
     X(dashboard, address, STR, "127.0.0.1", NULL, 0, "dashboard and /metrics listen address")      \
     X(dashboard, port, INT, 0, -1, 65535, "dashboard port (0 = any free port, -1 = none)")         \
     X(log, events, STR, "", NULL, 0, "JSONL event log ('' = <checkpoint dir>/events.jsonl)")

@@ -146,13 +146,14 @@ int al_ckpt_save_ex(const char *root, const al_trainer *tr, const char *config_h
         if (rc == 0) json_object_set_new(files, name, json_string(hex));
     }
     if (rc == 0) {
+        int W = extra && extra->workers > 1 ? extra->workers : 1;
+        const al_loader_state *ds = W > 1 ? &extra->data : &tr->train.st;
         json_t *man = json_pack(
-            "{s:s, s:I, s:s, s:I, s:s, s:s, s:{s:I, s:I, s:I}, s:o}", "format", CKPT_FORMAT, "step",
-            (json_int_t)tr->step, "preset", tr->model.cfg.preset, "nparams",
+            "{s:s, s:I, s:s, s:I, s:s, s:s, s:i, s:{s:I, s:I, s:I}, s:o}", "format", CKPT_FORMAT,
+            "step", (json_int_t)tr->step, "preset", tr->model.cfg.preset, "nparams",
             (json_int_t)lay->nparams, "config_hash", config_hash ? config_hash : "", "packing",
-            al_packing_name(tr->o.packing), "data", "epoch", (json_int_t)tr->train.st.epoch, "next",
-            (json_int_t)tr->train.st.next, "offset", (json_int_t)tr->train.st.offset, "files",
-            files);
+            al_packing_name(tr->o.packing), "workers", W, "data", "epoch", (json_int_t)ds->epoch,
+            "next", (json_int_t)ds->next, "offset", (json_int_t)ds->offset, "files", files);
         files = NULL;
         char *js = json_dumps(man, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(man);
@@ -253,8 +254,34 @@ int al_ckpt_find(const char *path, const al_log *log, char *out_dir, size_t out_
     return al_errf(err, AL_EINTEGRITY, "no valid checkpoint in %s", path);
 }
 
+/* The manifest's worker count against this run's: none (saved before it was
+ * recorded) counts as 1, but a run of W > 1 refuses it. */
+static int check_workers(const char *dir, json_t *man, int workers, const al_log *log,
+                         al_err *err) {
+    json_t *w = json_object_get(man, "workers");
+    if (!w && workers > 1)
+        return al_errf(err, AL_EFORMAT,
+                       "%s/manifest.json: no worker state (\"workers\"; written before the "
+                       "workers' data position was saved): cannot resume %d workers exactly",
+                       dir, workers);
+    json_int_t n = w ? json_integer_value(w) : 1;
+    if (w && (!json_is_integer(w) || n < 1 || n > 1 << 20))
+        return al_errf(err, AL_EFORMAT, "%s/manifest.json: workers: not a count >= 1", dir);
+    if (n != workers)
+        al_logf(log, AL_LOG_WARN,
+                "%s: saved by %lld worker(s), this run has %d: parameters, AdamW state, step and "
+                "data position carry over, but the run is not bit-identical to one that kept %lld",
+                dir, (long long)n, workers, (long long)n);
+    return 0;
+}
+
 int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
                  al_err *err) {
+    return al_ckpt_load_ex(dir, tr, config_hash, log, 1, NULL, err);
+}
+
+int al_ckpt_load_ex(const char *dir, al_trainer *tr, const char *config_hash, const al_log *log,
+                    int workers, al_loader_state *data, al_err *err) {
     json_t *man = NULL;
     int rc = verify(dir, &man, err);
     if (rc) return rc;
@@ -275,6 +302,7 @@ int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const
         rc = al_errf(err, AL_EMISMATCH, "%s: checkpoint packing '%s', run uses '%s'", dir, packing,
                      al_packing_name(tr->o.packing));
     }
+    if (rc == 0) rc = check_workers(dir, man, workers, log, err);
     if (rc == 0 && config_hash && strcmp(chash, config_hash) != 0)
         al_logf(log, AL_LOG_WARN,
                 "%s: saved with a different configuration (hash %.12s, now %.12s)", dir, chash,
@@ -295,10 +323,11 @@ int al_ckpt_load(const char *dir, al_trainer *tr, const char *config_hash, const
     }
     if (rc == 0) rc = host_state_put(&hs, tr, err);
     host_state_free(&hs);
-    if (rc == 0) {
-        al_loader_state st = {(uint64_t)epoch, (uint64_t)next, (uint64_t)offset};
+    al_loader_state st = {(uint64_t)epoch, (uint64_t)next, (uint64_t)offset};
+    if (rc == 0 && workers > 1)
+        *data = st;
+    else if (rc == 0)
         rc = al_loader_seek(&tr->train, &st, err);
-    }
     if (rc == 0) tr->step = (long)step;
     json_decref(man);
     return rc;

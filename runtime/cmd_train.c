@@ -187,14 +187,10 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     if ((rc = al_tokens_load(&r.train, c->data_train, err))) goto out;
     if (c->data_val[0] && (rc = al_tokens_load(&r.val, c->data_val, err))) goto out;
     if (c->inner_workers > 1) { /* one site, W worker processes (issue 3) */
-        if (resume) {
-            rc = al_errf(err, AL_EUNSUPPORTED, "--resume with more than one worker: not yet");
-            goto out;
-        }
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
-        rc =
-            al_train_workers(c, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, r.hash, &g_stop, err);
+        rc = al_train_workers(c, &mc, &o, &r.train, r.val.tok ? &r.val : NULL, r.hash, resume,
+                              &r.log, &g_stop, err);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
         goto out;

@@ -9,8 +9,11 @@
  * progress lines. On SIGINT/SIGTERM the workers stop after the step they are
  * in (worker 0 decides, every worker follows at the step's last barrier) and
  * the parent saves a checkpoint there without evaluating, then returns 0. The
- * checkpoint holds parameters and AdamW state (the loader position is not
- * saved for this path yet, so --resume is refused). */
+ * checkpoint holds what decides the next steps: parameters and AdamW moments
+ * (the segment's), the step count (AdamW's bias correction, the learning-rate
+ * schedule), and the position of the source every worker draws the same
+ * minibatches from (the workers keep nothing else between steps, and the
+ * model has no dropout), so --resume continues bit-for-bit. */
 #include "al_ckpt.h"
 #include "al_cli.h"
 #include "al_config.h"
@@ -59,9 +62,36 @@ static void on_step(void *ctx, const al_odc_step_stats *st) {
     }
 }
 
+/* --resume: the checkpoint's parameters, AdamW state and step into the
+ * engine, its data position into the source, through a trainer that only
+ * carries them (to: the parent's trainer options). */
+static int resume_from(al_odc *e, wsource *src, const char *path, const al_log *log,
+                       const al_model_config *mc, const al_train_opts *to, const char *hash,
+                       al_err *err) {
+    char dir[4096];
+    int rc = al_ckpt_find(path, log, dir, sizeof dir, err);
+    if (rc) return rc;
+    al_trainer tr;
+    if ((rc = al_trainer_init(&tr, mc, to, NULL, NULL, err))) return rc;
+    al_loader_state pos;
+    rc = al_ckpt_load_ex(dir, &tr, hash, log, e->o.workers, &pos, err);
+    if (rc == 0 && (rc = al_workload_seek(&src->wl, &pos, err))) al_err_prefix(err, "%s", dir);
+    if (rc == 0) {
+        size_t P = e->lay.nparams;
+        memcpy(e->params, tr.model.params, P * sizeof(float));
+        memcpy(e->m, tr.m, P * sizeof(float));
+        memcpy(e->v, tr.v, P * sizeof(float));
+        e->step = tr.step;
+        printf("resumed from %s at step %ld\n", dir, e->step);
+    }
+    al_trainer_free(&tr);
+    return rc;
+}
+
 int al_train_workers(const al_config *c, const al_model_config *mc, const al_train_opts *o,
                      const al_tokens *train, const al_tokens *val, const char *hash,
-                     volatile sig_atomic_t *stop, al_err *err) {
+                     const char *resume, const al_log *log, volatile sig_atomic_t *stop,
+                     al_err *err) {
     al_odc_opts eo;
     memset(&eo, 0, sizeof eo);
     int rc = al_mode_parse(c->inner_mode, &eo.mode, err);
@@ -91,6 +121,11 @@ int al_train_workers(const al_config *c, const al_model_config *mc, const al_tra
     }
     al_odc e;
     if ((rc = al_odc_init(&e, mc, &eo, train, wsource_next, &src, err))) goto out_src;
+    /* the parent's trainer: resume, then evaluate and checkpoint */
+    al_train_opts to = *o;
+    to.batch = 1;
+    to.seq = seq;
+    if (resume && (rc = resume_from(&e, &src, resume, log, mc, &to, hash, err))) goto out_e;
     progress pr = {c->inner_log_every, o->steps, 0, 0, 0, 0};
     e.on_step = on_step;
     e.on_step_ctx = &pr;
@@ -100,14 +135,12 @@ int al_train_workers(const al_config *c, const al_model_config *mc, const al_tra
            mc->preset, e.lay.nparams, src.n, seq, o->steps);
     double t0 = al_now();
     e.shm.stop = stop;
-    if ((rc = al_odc_run(&e, o->steps, err))) goto out_e;
+    long first = e.step;
+    if ((rc = al_odc_run(&e, AL_MAX(0, o->steps - e.step), err))) goto out_e;
     int stopped = stop && *stop && e.step < o->steps;
     if (stopped) printf("signal %d: stopping after step %ld\n", (int)*stop, e.step);
     double secs = al_now() - t0;
     /* the parent: evaluate and checkpoint through a trainer holding the result */
-    al_train_opts to = *o;
-    to.batch = 1;
-    to.seq = seq;
     al_trainer tr;
     if ((rc = al_trainer_init(&tr, mc, &to, NULL, val, err))) goto out_e;
     size_t P = e.lay.nparams;
@@ -123,10 +156,13 @@ int al_train_workers(const al_config *c, const al_model_config *mc, const al_tra
     if (!stopped)
         printf("done: %ld steps in %.1f s; peak gathered per worker %.0f bytes of %zu parameter "
                "bytes\n",
-               e.step, secs, e.peak_gathered[0], P * sizeof(float));
+               e.step - first, secs, e.peak_gathered[0], P * sizeof(float));
     char dir[4096];
     if ((rc = al_mkdirs(c->checkpoint_dir, err))) goto out_tr;
-    rc = al_ckpt_save(c->checkpoint_dir, &tr, hash, (int)c->checkpoint_keep, dir, sizeof dir, err);
+    al_ckpt_extra ex = {.workers = eo.workers};
+    if ((rc = al_workload_tell(&src.wl, &ex.data, err))) goto out_tr;
+    rc = al_ckpt_save_ex(c->checkpoint_dir, &tr, hash, (int)c->checkpoint_keep, &ex, NULL, dir,
+                         sizeof dir, err);
     if (rc == 0) printf("saved checkpoint %s\n", dir);
 out_tr:
     al_trainer_free(&tr);

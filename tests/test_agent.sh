@@ -8,10 +8,12 @@
 #      restarted with --resume rejoins and ends with the same hash; a
 #      connection cut through wanem mid-sync recovers without dropping a site;
 #   3. exact resume: a 2-site run stopped by SIGTERM (each site finishes the
-#      round) and resumed ends with the hash of the uninterrupted run; and
-#      `autoloco sim` with the same settings ends on that hash too;
+#      round) and resumed ends with the hash of the uninterrupted run, also
+#      with 2 workers per site; `autoloco sim` with the same settings ends on
+#      that hash too;
 #   4. bad input: config errors, a peer with another run config, a certificate
-#      for an unlisted site, a corrupt checkpoint, another preset's checkpoint.
+#      for an unlisted site, a corrupt checkpoint, another preset's checkpoint,
+#      a checkpoint without worker state for a 2-worker site.
 # Every wait is bounded (timeout); nothing is left running. AL_TEST_DEADLINE
 # sets the agents' round deadline (default 5 s; the sanitizer run uses more).
 . "$(dirname "$0")/shell_lib.sh"
@@ -74,6 +76,8 @@ conf() {
         echo "h_base = ${H:-10}"
         echo "[round]"
         echo "deadline_s = ${DEADLINE:-${AL_TEST_DEADLINE:-5}}"
+        [[ -n ${HB:-} ]] && echo "heartbeat_s = $HB"
+        [[ -n ${PT:-} ]] && echo "peer_timeout_s = $PT"
         echo "[checkpoint]"
         echo "dir = $dir/run-$me"
         echo "every = ${EVERY:-0}"
@@ -224,6 +228,36 @@ for lie in "badstats:11 inner steps, this site ran 10" "badtokens:2^63 or more t
     fi
 done
 
+# ---- 2f. a silent site: failure detection by heartbeats (issue 13) ------------------
+# c freezes itself (SIGSTOP) mid-interval: it neither answers nor refuses. With [round]
+# deadline_s = 30, a and b would wait 30 s for it; its heartbeats stop, so
+# they call it down within peer_timeout_s (2 s) + 1 s and go on without it.
+dir=r2f
+PORTS=($(port) $(port) $(port))
+for s in a b c; do STEPS=200 DEADLINE=30 HB=0.5 PT=2 conf $dir $s "a b c"; done
+start $dir a
+start $dir b
+AL_FAULT=freeze:3 start $dir c # SIGSTOP halfway through its round-3 interval
+for _ in $(seq 1 1200); do [[ $(ps -o stat= -p "$PID_c") == T* ]] && break; sleep 0.05; done
+t0=$(date +%s.%N)
+for _ in $(seq 1 100); do grep -q "no heartbeat answered by c" $dir/a.log && break; sleep 0.05; done
+t1=$(date +%s.%N)
+rc=0
+await "$PID_a" 120 || rc=1
+await "$PID_b" 120 || rc=1
+kill -KILL "$PID_c" 2>/dev/null
+kill -CONT "$PID_c" 2>/dev/null
+wait "$PID_c" 2>/dev/null
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json)
+dt=$(python3 -c "print(f'{$t1 - $t0:.2f}')")
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] && grep -q "no heartbeat answered by c" $dir/a.log &&
+    python3 -c "import sys; sys.exit(0 if $dt <= 3.0 else 1)" &&
+    grep -q '"event":"down".*"site":"c"' $dir/run-a/events.jsonl; then
+    ok "a frozen site is down after ${dt} s (peer_timeout_s 2 + 1 s allowed, deadline 30 s); a and b finish together"
+else
+    no "frozen site: rc $rc, hashes $ha $hb, down after $dt s: $(grep -h 'heartbeat\|leaving\|dropping' $dir/a.log | head -3)"
+fi
+
 # ---- 2c. a connection cut through wanem mid-sync ----------------------------------
 PORTS=($(port) $(port))
 wp=$(port)
@@ -290,11 +324,33 @@ else
 fi
 
 # ---- 3. exact resume ---------------------------------------------------------------
+# run2 DIR [resume] -- sites a and b of DIR to the end (resume: each from its
+# checkpoints); status 0 if both end with 0
+run2() {
+    local dir=$1 s
+    for s in a b; do
+        if [[ ${2:-} == resume ]]; then start $dir $s --resume $dir/run-$s; else start $dir $s; fi
+    done
+    await "$PID_a" 400 && await "$PID_b" 400
+}
+# stop2 DIR ROUND DELAY -- start a and b; DELAY s after both logged round
+# ROUND, SIGTERM to both at once: each finishes the round in progress with the
+# other, saves and ends (status 0 if both end with 0). DELAY puts the signal
+# in the middle of the next interval, so both are in the same round.
+stop2() {
+    local dir=$1 r=$2 ra=0
+    start $dir a
+    start $dir b
+    for _ in $(seq 1 300); do grep -q "round $r |" $dir/a.log 2>/dev/null && grep -q "round $r |" $dir/b.log 2>/dev/null && break; sleep 0.1; done
+    sleep "$3"
+    kill -TERM "$PID_a" "$PID_b"
+    await "$PID_a" 60 || ra=1
+    await "$PID_b" 60 || ra=1
+    return $ra
+}
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r4 $s "a b"; done
-start r4 a
-start r4 b
-await "$PID_a" 400 && await "$PID_b" 400 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
+run2 r4 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
 ref=$(hash_of r4/run-a/summary.json)
 # The simulator shares the agents' commit path and codec (issue 17): two
 # simulated sites with r4's settings, data and data order end on r4's theta.
@@ -311,18 +367,8 @@ else
 fi
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r5 $s "a b"; done
-start r5 a
-start r5 b
-for _ in $(seq 1 300); do grep -q "round 0 |" r5/a.log 2>/dev/null && grep -q "round 0 |" r5/b.log 2>/dev/null && break; sleep 0.1; done
-sleep 0.4
-kill -TERM "$PID_a" "$PID_b"
-ra=0
-await "$PID_a" 60 || ra=1
-await "$PID_b" 60 || ra=1
-[[ $ra -eq 0 ]] || no "SIGTERM did not end the agents with status 0"
-start r5 a --resume r5/run-a
-start r5 b --resume r5/run-b
-await "$PID_a" 400 && await "$PID_b" 400 || no "resumed run failed: $(tail -n 2 r5/*.log)"
+stop2 r5 0 0.4 || no "SIGTERM did not end the agents with status 0"
+run2 r5 resume || no "resumed run failed: $(tail -n 2 r5/*.log)"
 got=$(hash_of r5/run-a/summary.json)
 if [[ -n $ref && $ref == "$got" && $(hash_of r5/run-b/summary.json) == "$ref" ]] &&
     grep -q "resumed from" r5/a.log; then
@@ -348,6 +394,32 @@ for s in "ab":
     assert all(abs(x) < 512 for x in extra.values()), f"site {s}: wire bytes {extra}"
 EOF
     no "resume: counters differ from the uninterrupted run"
+
+# ---- 3b. exact resume with 2 workers per site (issue 13) ---------------------------
+# The checkpoint holds the workers' data position and the engine's step, and a
+# resumed site forks its workers after loading it. Small: tiny, 4 rounds. Each
+# interval (250 steps, ~0.75 s) is long against the time the signal takes to
+# follow the round 0 line, so both sites get it in round 1; with short rounds
+# (30 steps) it once landed after one site's commit and before the other's,
+# and they stopped a round apart.
+PORTS=($(port) $(port))
+for s in a b; do WORKERS=2 STEPS=1000 H=250 conf r4w $s "a b"; done
+run2 r4w || no "W=2: uninterrupted run failed: $(tail -n 2 r4w/*.log)"
+ref=$(hash_of r4w/run-a/summary.json)
+PORTS=($(port) $(port))
+for s in a b; do WORKERS=2 STEPS=1000 H=250 conf r5w $s "a b"; done
+stop2 r5w 0 0 || no "W=2: SIGTERM did not end the agents with status 0"
+# both saved after the same round, before the last
+at=$(sed -n 's/.*saved checkpoint .* (round \([0-9]*\), step.*/\1/p' r5w/a.log r5w/b.log | sort -u)
+run2 r5w resume || no "W=2: resumed run failed: $(tail -n 2 r5w/*.log)"
+got=$(hash_of r5w/run-a/summary.json)
+if [[ $at =~ ^[0-9]+$ ]] && ((at < 4)) && [[ -n $ref && $got == "$ref" && $(hash_of r5w/run-b/summary.json) == "$ref" ]] &&
+    [[ $(grep -c "2 workers forked once (process threads: 1)" r5w/a.log) -eq 2 ]] &&
+    grep -q "resumed from .* at round $at, step $((at * 250))" r5w/a.log; then
+    ok "W=2: stopped by SIGTERM after $at rounds of 4, resumed: theta $got, as uninterrupted ($ref)"
+else
+    no "W=2 resume not exact: stopped at round(s) '$at', uninterrupted $ref, resumed $got $(hash_of r5w/run-b/summary.json)"
+fi
 
 # ---- 4. bad input ------------------------------------------------------------------
 # expect_err STATUS PATTERN -- CMD...: one error line matching PATTERN
@@ -380,6 +452,8 @@ sed 's/^lr = 0.7$/lr = fast/' r6/a.ini >r6/bad6.ini
 expect_err "bad6.ini:[0-9]+: \[outer\] lr: 'fast' is not a number" -- "$bin" config check r6/bad6.ini
 sed 's/^\[outer\]$/[outer]\nmax_delta_ratio = 0.5/' r6/a.ini >r6/bad7.ini
 expect_err "\[outer\] max_delta_ratio: 0.5 would leave out the median site itself" -- "$bin" config check r6/bad7.ini
+sed 's/^\[round\]$/[round]\nheartbeat_s = 2\npeer_timeout_s = 3/' r6/a.ini >r6/bad8.ini
+expect_err "\[round\] peer_timeout_s: 3 s is less than two heartbeats \(heartbeat_s = 2 s\)" -- "$bin" config check r6/bad8.ini
 # a peer with another run configuration
 conf r7 a "a b"
 OUTER_LR=0.5 conf r7 b "a b"
@@ -433,6 +507,19 @@ m["files"]["agent.json"] = hashlib.sha256(open(f"{d}/agent.json", "rb").read()).
 open(f"{d}/manifest.json", "w").write(json.dumps(m))
 EOF
 expect_err "counter autoloco_syncs_total: not a finite number >= 0" -- "$bin" agent -c r5/b.ini --resume r5bad
+
+# a 2-worker site refuses a checkpoint without the workers' state (one written
+# before it was saved: its data position is not theirs), naming the manifest
+mkdir -p r5wold
+cp -r "$(ls -d r5w/run-a/step-* | sort | tail -n 1)" r5wold/
+python3 - r5wold/step-* <<'EOF'
+import json, sys
+f = sys.argv[1] + "/manifest.json"
+m = json.load(open(f))
+del m["workers"]
+json.dump(m, open(f, "w"))
+EOF
+expect_err "r5wold/step-[0-9]+/manifest.json: no worker state .*cannot resume 2 workers exactly" -- "$bin" agent -c r5w/a.ini --resume r5wold
 
 # checkpoints: a flipped bit falls back to the previous one; another preset is refused
 ck=r2-interval/run-a

@@ -8,7 +8,10 @@
  *    micro gives every worker the same count (or one less), and lpt/kk are
  *    never less even than naive;
  *  - packing errors: a piece longer than the budget is refused;
- *  - workloads: lengths within [1, T], fixed rows exactly T, docs in order.
+ *  - workloads: lengths within [1, T], fixed rows exactly T, docs in order;
+ *    a workload seeked to another's told position (past an epoch's end) draws
+ *    the same pieces as that one does next, and not those of a fresh one; a
+ *    position outside the data and lognormal's (it has none) are refused.
  */
 #include "al_test.h"
 
@@ -135,27 +138,31 @@ static void test_pack_errors(void **state) {
     assert_int_equal(al_balance_parse("best", &m, &err), AL_EINVAL);
 }
 
-static void test_workloads(void **state) {
-    (void)state;
-    /* a token file in memory: 50 documents of length 1..80 */
-    al_tokens t;
-    memset(&t, 0, sizeof t);
+/* A token file in memory: 50 documents of length 1..80 (free tok and doc). */
+static void fifty_docs(al_tokens *t) {
+    memset(t, 0, sizeof *t);
     size_t cap = 6000;
-    t.tok = calloc(cap, sizeof(uint16_t));
-    t.doc = calloc(51, sizeof(uint64_t));
-    t.vocab = 257;
-    t.eot = 256;
+    t->tok = calloc(cap, sizeof(uint16_t));
+    t->doc = calloc(51, sizeof(uint64_t));
+    t->vocab = 257;
+    t->eot = 256;
     size_t pos = 0;
     for (int d = 0; d < 50; d++) {
-        t.doc[d] = pos;
-        t.tok[pos++] = 256;
+        t->doc[d] = pos;
+        t->tok[pos++] = 256;
         int len = 1 + (d * 37) % 80;
-        for (int i = 0; i < len - 1; i++) t.tok[pos++] = (uint16_t)('a' + i % 26);
+        for (int i = 0; i < len - 1; i++) t->tok[pos++] = (uint16_t)('a' + i % 26);
     }
-    t.doc[50] = pos;
-    t.tok[pos++] = 256;
-    t.n = pos;
-    t.ndocs = 50;
+    t->doc[50] = pos;
+    t->tok[pos++] = 256;
+    t->n = pos;
+    t->ndocs = 50;
+}
+
+static void test_workloads(void **state) {
+    (void)state;
+    al_tokens t;
+    fifty_docs(&t);
     al_err err = {0};
     al_piece pc[200];
     for (int kind = 0; kind < 3; kind++) {
@@ -185,11 +192,56 @@ static void test_workloads(void **state) {
     free(t.doc);
 }
 
+static int same_pieces(const al_piece *x, const al_piece *y, int n) {
+    for (int i = 0; i < n; i++)
+        if (x[i].start != y[i].start || x[i].len != y[i].len) return 0;
+    return 1;
+}
+
+static void test_workload_seek(void **state) {
+    (void)state;
+    al_tokens t;
+    fifty_docs(&t);
+    al_err err = {0};
+    al_piece skip[137], a[100], b[100], fresh[100];
+    for (int kind = AL_WL_FIXED; kind <= AL_WL_DOCS; kind++) {
+        al_workload w1, w2;
+        assert_int_equal(al_workload_init(&w1, (al_workload_kind)kind, &t, 32, 3, 0, 0, &err), 0);
+        assert_int_equal(al_workload_init(&w2, (al_workload_kind)kind, &t, 32, 3, 0, 0, &err), 0);
+        al_workload_next(&w2, fresh, 100);
+        /* 137 pieces: past the end of the first epoch (docs: ~90 pieces) */
+        al_workload_next(&w1, skip, 137);
+        al_loader_state st;
+        assert_int_equal(al_workload_tell(&w1, &st, &err), 0);
+        if (kind == AL_WL_DOCS) assert_int_equal(st.epoch, 1);
+        al_workload_next(&w1, a, 100);
+        al_workload_free(&w2);
+        assert_int_equal(al_workload_init(&w2, (al_workload_kind)kind, &t, 32, 3, 0, 0, &err), 0);
+        assert_int_equal(al_workload_seek(&w2, &st, &err), 0);
+        al_workload_next(&w2, b, 100);
+        assert_true(same_pieces(a, b, 100));
+        assert_false(same_pieces(fresh, b, 100));
+        al_loader_state bad = {0, kind == AL_WL_DOCS ? 50 : t.n, 0};
+        assert_int_equal(al_workload_seek(&w2, &bad, &err), AL_EMISMATCH);
+        print_message("  %s: %s\n", al_workload_name((al_workload_kind)kind), err.msg);
+        al_workload_free(&w1);
+        al_workload_free(&w2);
+    }
+    al_workload wl;
+    al_loader_state st = {0, 0, 0};
+    assert_int_equal(al_workload_init(&wl, AL_WL_LOGNORMAL, &t, 32, 3, 20, 1.0, &err), 0);
+    assert_int_equal(al_workload_tell(&wl, &st, &err), AL_EUNSUPPORTED);
+    assert_int_equal(al_workload_seek(&wl, &st, &err), AL_EUNSUPPORTED);
+    al_workload_free(&wl);
+    free(t.tok);
+    free(t.doc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lpt_known),       cmocka_unit_test(test_plans_random),
         cmocka_unit_test(test_lpt_ratio_large), cmocka_unit_test(test_pack_errors),
-        cmocka_unit_test(test_workloads),
+        cmocka_unit_test(test_workloads),       cmocka_unit_test(test_workload_seek),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

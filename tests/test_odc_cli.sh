@@ -4,7 +4,10 @@
 # process ends the run within seconds with one error line naming the worker
 # and leaves nothing in /dev/shm; SIGTERM (to the parent, or to the whole
 # process group as a terminal or systemd sends it) stops the workers after one
-# step and saves a checkpoint at that step, exit 0; bench odc --json ends with the keys the
+# step and saves a checkpoint at that step, exit 0; stopped so and resumed, a
+# 2-worker run ends bit-identical to an uninterrupted one (a wrong data position
+# would not), its checkpoint loads with 1 worker (a warning) and one without
+# the worker state is refused; bench odc --json ends with the keys the
 # results page relies on.
 set -u
 bin=${1:?usage: test_odc_cli.sh path/to/autoloco}
@@ -86,6 +89,98 @@ for target in parent group; do
         no "SIGTERM to the $target: exit $rc, stop line '$at', checkpoint step '$mstep': $(tail -n 3 "$tmp/out") $(cat "$tmp/err")"
     fi
 done
+
+# exact resume with 2 workers (issue 13): N steps uninterrupted; the same run
+# stopped by SIGTERM after a few steps and resumed to N ends with the same
+# parameters and AdamW state, byte for byte (the SHA-256 the manifests list)
+n=1000
+nn=$(printf %08d $n)
+files_of() {
+    python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["files"]; print(f["model.safetensors"][:16], f["optim.safetensors"][:16])' \
+        "$1/manifest.json" 2>/dev/null
+}
+w2=("${common[@]}" --set inner.log_every=1 --steps $n --workers 2)
+"$bin" train "${w2[@]}" --set checkpoint.dir="$tmp/ck-full" >"$tmp/out" 2>&1 || no "uninterrupted run: $(tail -n 2 "$tmp/out")"
+ref=$(files_of "$tmp/ck-full/step-$nn")
+ck="$tmp/ck-res"
+"$bin" train "${w2[@]}" --set checkpoint.dir="$ck" >"$tmp/out" 2>&1 &
+pid=$!
+(sleep 60 && kill -KILL $pid 2>/dev/null) >/dev/null 2>&1 &
+watchdog=$!
+for _ in $(seq 1 200); do grep -q "^step *5/" "$tmp/out" 2>/dev/null && break; sleep 0.05; done
+kill -TERM $pid
+wait $pid
+kill $watchdog 2>/dev/null
+at=$(sed -n 's/^signal 15: stopping after step \([0-9]*\)$/\1/p' "$tmp/out")
+if [[ -z $at ]] || ((at >= n)); then
+    no "resume: the run was not stopped before step $n (stop line '$at'): $(tail -n 2 "$tmp/out")"
+    at=0
+fi
+mid="$ck/step-$(printf %08d "$at")"
+"$bin" train "${w2[@]}" --set checkpoint.dir="$ck" --resume "$ck" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+got=$(files_of "$ck/step-$nn")
+if [[ $rc -eq 0 && -n $ref && $got == "$ref" && ! -s $tmp/err ]] &&
+    grep -q "^resumed from $mid at step $at$" "$tmp/out"; then
+    echo "ok: W=2 stopped after step $at, resumed to $n: model/optim SHA-256 $got, as uninterrupted ($ref)"
+else
+    no "W=2 resume not exact: status $rc, uninterrupted '$ref', resumed '$got': $(cat "$tmp/err") $(grep resumed "$tmp/out")"
+fi
+# the same comparison fails when the data position is not the workers' (the
+# start of the data instead): what the checkpoint's data position is for
+cp -r "$mid" "$tmp/ck-wrong"
+python3 - "$tmp/ck-wrong/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["data"] = {"epoch": 0, "next": 0, "offset": 0}
+json.dump(m, open(sys.argv[1], "w"))
+PY
+"$bin" train "${w2[@]}" --set checkpoint.dir="$tmp/ck-wrong-out" --resume "$tmp/ck-wrong" >/dev/null 2>&1
+wrong=$(files_of "$tmp/ck-wrong-out/step-$nn")
+[[ -n $wrong && $wrong != "$ref" ]] && echo "ok: resumed at the wrong data position: $wrong, not $ref" ||
+    no "a wrong data position gave '$wrong' (uninterrupted '$ref')"
+# another worker count: loads with a warning and goes on from the same step
+out=$("$bin" train "${common[@]}" --set inner.log_every=1 --steps $((at + 2)) --workers 1 \
+    --set checkpoint.dir="$tmp/ck-w1" --resume "$mid" 2>&1)
+if [[ $? -eq 0 && $out == *"saved by 2 worker(s), this run has 1: "*"not bit-identical"* &&
+    $out == *"resumed from $mid at step $at"* && $out == *"step $(printf %6d $((at + 2)))/"* ]]; then
+    echo "ok: a W=2 checkpoint resumed with 1 worker: $(grep -o 'saved by 2.*' <<<"$out" | head -c 120)"
+else
+    no "W=2 checkpoint with 1 worker: $out"
+fi
+# a checkpoint without the worker state (saved before it was) is refused
+cp -r "$mid" "$tmp/ck-old"
+python3 - "$tmp/ck-old/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+del m["workers"]
+json.dump(m, open(sys.argv[1], "w"))
+PY
+err=$("$bin" train "${w2[@]}" --set checkpoint.dir="$tmp/ck-old-out" --resume "$tmp/ck-old" 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -eq 1 && $err == "autoloco: error: $tmp/ck-old/manifest.json: no worker state"*"cannot resume 2 workers exactly" ]]; then
+    echo "ok: no worker state: $err"
+else
+    no "a checkpoint without worker state: status $rc: $err"
+fi
+
+# a data position outside the data is refused, naming the checkpoint
+cp -r "$mid" "$tmp/ck-far"
+python3 - "$tmp/ck-far/manifest.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["data"]["next"] = 10**9
+json.dump(m, open(sys.argv[1], "w"))
+PY
+# (stderr also has the warning that the configuration differs: checkpoint.dir)
+err=$("$bin" train "${w2[@]}" --set checkpoint.dir="$tmp/ck-far-out" --resume "$tmp/ck-far" 2>&1 >/dev/null)
+rc=$?
+err=$(grep '^autoloco: error:' <<<"$err")
+if [[ $rc -eq 1 && $err == "autoloco: error: $tmp/ck-far: loader state (doc 1000000000) beyond "*"train.bin (290 documents)" ]]; then
+    echo "ok: data position outside the data: $err"
+else
+    no "a data position outside the data: status $rc: $err"
+fi
 
 # bench odc on the same tiny data: the JSON keys
 line=$("$bin" bench odc --preset tiny --data "$tmp/data/train.bin" --docs 4 --steps 1 --rounds 1 \

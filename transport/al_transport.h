@@ -175,7 +175,8 @@ int al_server_port(const al_server *s);
 void al_server_set_round(al_server *s, uint64_t round, uint64_t epoch);
 /* What the server answers to a Hello (its site and run id are filled in). */
 void al_server_set_hello(al_server *s, const al_hello *mine);
-/* Bytes received from and sent to one peer (0 for an unknown one). */
+/* Bytes received from and sent to one peer (0 for an unknown one); heartbeats
+ * (Ping) are control traffic and counted on neither side. */
 void al_server_bytes(al_server *s, const char *peer, uint64_t *rx, uint64_t *tx);
 /* Calls refused so far, by status (for tests and the dashboard). */
 uint64_t al_server_refusals(al_server *s, al_status st);
@@ -193,10 +194,11 @@ typedef struct al_client_cfg {
     const char *run_id; /* sent when pulling state */
     al_tls_paths tls;
     int insecure;
-    size_t chunk_bytes; /* default 1 MiB */
-    size_t max_message; /* default max(chunk_bytes, 4 MiB) + 64 KiB */
-    double deadline_s;  /* per call (default 60) */
-    int max_attempts;   /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
+    size_t chunk_bytes;        /* default 1 MiB */
+    size_t max_message;        /* default max(chunk_bytes, 4 MiB) + 64 KiB */
+    double deadline_s;         /* per call (default 60) */
+    double control_deadline_s; /* per small unary call: stats, ping, hello (default deadline_s) */
+    int max_attempts;          /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
     double backoff_s, backoff_max_s; /* capped exponential backoff, full jitter (0.1, 5) */
     uint64_t seed;                   /* jitter RNG */
     const al_log *log;
@@ -216,7 +218,8 @@ int al_client_push_stats(al_client *c, const al_stats *s, al_err *err);
 /* Pull one part of the state into a malloc'd buffer (at most max_bytes). */
 int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_t **data,
                          uint64_t *len, al_err *err);
-/* Heartbeat: round trip; *peer_ms receives the peer's clock. */
+/* Heartbeat: round trip; *peer_ms receives the peer's clock. Its bytes are not
+ * in al_client_bytes (nor in the server's count). */
 int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_ms, al_err *err);
 /* The gRPC status of the last call and its details. */
 int al_client_last_status(const al_client *c);

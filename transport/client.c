@@ -190,7 +190,7 @@ static int unary(al_client *c, const char *method, const ProtobufCMessage *req,
     for (int attempt = 0;; attempt++) {
         unary_io x = {.req = req, .rep_desc = rep_desc};
         call_io io = {unary_next, unary_reply, &x};
-        int st = call_run(c, method, c->cfg.deadline_s, &io);
+        int st = call_run(c, method, c->cfg.control_deadline_s, &io);
         if (st == AL_ST_OK && !x.rep) {
             st = c->last_status = AL_ST_INTERNAL;
             snprintf(c->last_details, sizeof c->last_details, "no reply message");
@@ -280,8 +280,11 @@ int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_
     m.round = round;
     m.epoch = epoch;
     Autoloco__V1__Heartbeat *rep = NULL;
+    uint64_t tx = c->tx, rx = c->rx;
     int rc = unary(c, "Ping", &m.base, &autoloco__v1__heartbeat__descriptor,
                    (ProtobufCMessage **)&rep, err);
+    c->tx = tx; /* heartbeats are control traffic: in neither side's byte counts */
+    c->rx = rx;
     if (rc) return rc;
     char why[200];
     if (wire_check_heartbeat(rep, why, sizeof why))
@@ -523,6 +526,8 @@ int al_client_new(const al_client_cfg *cfg, al_client **out, al_err *err) {
     if (!c->cfg.max_message)
         c->cfg.max_message = AL_MAX(c->cfg.chunk_bytes, AL_DEFAULT_MAX_CHUNK) + AL_MSG_OVERHEAD;
     if (c->cfg.deadline_s <= 0) c->cfg.deadline_s = 60;
+    if (c->cfg.control_deadline_s <= 0 || c->cfg.control_deadline_s > c->cfg.deadline_s)
+        c->cfg.control_deadline_s = c->cfg.deadline_s;
     if (c->cfg.max_attempts <= 0) c->cfg.max_attempts = 6;
     if (c->cfg.backoff_s <= 0) c->cfg.backoff_s = 0.1;
     if (c->cfg.backoff_max_s <= 0) c->cfg.backoff_max_s = 5;

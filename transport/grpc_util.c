@@ -104,6 +104,10 @@ void tu_args_init(tu_args *t, size_t max_message, const char *peer, int server) 
      * ~520 MB/s here (docs/results/transport.md). */
     t->a[n++] = int_arg(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, AL_HTTP2_MAX_FRAME);
     if (server) {
+        /* no SO_REUSEPORT (gRPC's default): a second server on our port must
+         * fail to start, not silently take half of our incoming connections
+         * (two agents given one port; tests picking ports concurrently) */
+        t->a[n++] = int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0);
         /* accept the clients' keepalive pings (every 20 s) without GOAWAY */
         t->a[n++] = int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
         t->a[n++] = int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);

@@ -78,6 +78,7 @@ typedef struct call_ctx {
     char cn[AL_SITE_MAX + 1];
     char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
     int counted;      /* this call is counted in peer->active (until its status is sent) */
+    int control;      /* a heartbeat (Ping): its bytes are in no count, as the client's */
 } call_ctx;
 
 static void logf_(const al_server *s, al_log_level lvl, const char *fmt, ...)
@@ -134,7 +135,9 @@ static int read_msg(call_ctx *c, grpc_slice *s) {
     if (!bb) return grpc_call_failed_before_recv_message(c->call) ? -1 : 0;
     *s = tu_flatten(bb);
     grpc_byte_buffer_destroy(bb);
-    if (c->peer)
+    if (c->control)
+        ;
+    else if (c->peer)
         atomic_fetch_add(&c->peer->rx, GRPC_SLICE_LENGTH(*s));
     else
         c->unattributed += GRPC_SLICE_LENGTH(*s);
@@ -151,7 +154,7 @@ static int send_msg(call_ctx *c, const ProtobufCMessage *m) {
         grpc_call_start_batch(c->call, ops + first, 2 - first, (void *)(intptr_t)TAG_OP, NULL);
     int rc = e == GRPC_CALL_OK ? wait_op(c, TAG_OP) : -1;
     grpc_byte_buffer_destroy(ops[1].data.send_message.send_message);
-    if (c->peer) atomic_fetch_add(&c->peer->tx, len);
+    if (c->peer && !c->control) atomic_fetch_add(&c->peer->tx, len);
     return rc;
 }
 
@@ -665,6 +668,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         if (mlen == plen + nl && !memcmp(mp, AL_METHOD_PREFIX, plen) &&
             !memcmp(mp + plen, methods[i].name, nl)) {
             found = 1;
+            c.control = methods[i].fn == do_ping;
             methods[i].fn(&c);
         }
     }
