@@ -23,9 +23,12 @@
  *      AL_EV_EXCHANGE_DONE or _FAILED) and compute the outer step into a
  *      candidate beside θ_global (AL_ACT_PROPOSE, answered by AL_EV_CANDIDATE).
  *   3. Each site votes once per (r, e), ever: the candidate's hash, or null.
- *      The vote is persisted (AL_ACT_PERSIST_VOTE, done before the next
- *      action) before any status carries it; a restarted site resumes at the
- *      epoch of its persisted vote, holding it.
+ *      The vote, and for a hash the candidate it names, are persisted
+ *      (AL_ACT_PERSIST_VOTE, done before the next action) before any status
+ *      carries the vote; a restarted site resumes at the epoch of its
+ *      persisted vote, holding it and its candidate (raft's rule: an entry is
+ *      durable before it is acknowledged; without it a round whose voters all
+ *      restarted would be committed with its θ lost).
  *   4. Round r commits hash h once a quorum of the *configured* sites voted h
  *      in one (r, e) (majority: n/2 + 1, all: n, any: 1). The site whose vote
  *      is h applies its candidate (AL_ACT_APPLY: θ_global := candidate, and
@@ -37,8 +40,9 @@
  *      sends its statistics again for (r, e + 1). A peer at a later epoch of
  *      the same round proves the void.
  * θ_global is checked at the end of every interval (AL_EV_INTERVAL_DONE's
- * hash): one that differs from the committed base was corrupted here and is
- * pulled again from a peer; a site whose base differs from the one a
+ * hash) and with every candidate (AL_EV_CANDIDATE's theta): one that differs
+ * from the committed base was corrupted here and is pulled again from a peer
+ * (after a null vote when found with a candidate); a site whose base differs from the one a
  * majority of the configured sites holds at its round pulls theirs. A pull
  * is checked against the hash its source announced (the caller's job) and
  * adopted only if it is at least the round asked for.
@@ -104,7 +108,7 @@ typedef enum {
     AL_EV_INTERVAL_DONE,   /* round, hash: of θ_global as it is now */
     AL_EV_EXCHANGE_DONE,   /* round, epoch */
     AL_EV_EXCHANGE_FAILED, /* round, epoch, peer (-1: unknown) */
-    AL_EV_CANDIDATE,       /* round, epoch, hash */
+    AL_EV_CANDIDATE,       /* round, epoch, hash; theta: of θ_global it was computed from */
     AL_EV_SYNCED,          /* peer, round, hash: the state pulled (verified against hash) */
     AL_EV_SYNC_FAILED,     /* peer */
 } al_round_event_type;
@@ -116,11 +120,12 @@ typedef struct al_round_event {
     long round;
     uint64_t epoch;
     al_round_hash hash;
+    al_round_hash theta;
     al_round_status st;
 } al_round_event;
 
 #define AL_ROUND_ACTIONS(X)                                                                        \
-    X(AL_ACT_SEND_STATUS, "send-status")   /* peer: al_round_status_get */                         \
+    X(AL_ACT_SEND_STATUS, "send-status")   /* peer, st: the status as of this action */            \
     X(AL_ACT_SEND_STATS, "send-stats")     /* peer, round, epoch */                                \
     X(AL_ACT_TRAIN, "train")               /* round: train the interval */                         \
     X(AL_ACT_EXCHANGE, "exchange")         /* round, epoch, members */                             \
@@ -147,6 +152,7 @@ typedef struct al_round_action {
     uint64_t epoch;
     uint32_t members;
     al_round_hash hash;
+    al_round_status st; /* AL_ACT_SEND_STATUS: never ahead of the votes persisted before it */
     char text[160];
 } al_round_action;
 
@@ -164,7 +170,7 @@ typedef struct al_round_cfg {
 typedef struct al_round_start {
     long round;         /* the round after the last committed one */
     al_round_hash base; /* θ_global committed by round - 1 */
-    al_round_vote last; /* last.round = -1: no vote persisted */
+    al_round_vote last; /* last.round = -1: none; a hash vote's candidate is restored too */
 } al_round_start;
 
 #define AL_ROUND_PHASES(X)                                                                         \
@@ -200,20 +206,21 @@ typedef struct al_round {
     al_round_hash base;
     int vote; /* for (round, epoch) */
     al_round_hash vote_hash;
-    uint32_t members;   /* of the exchange in progress, or of the vote */
-    al_round_vote last; /* the last vote persisted */
-    int interval_done;  /* this round's statistics are ready */
-    int have_candidate; /* a candidate is held beside θ_global */
-    double t_start;     /* join started */
-    double t_stats;     /* statistics sent for (round, epoch) */
-    double t_hb;        /* next heartbeat */
-    double t_note;      /* next repeat of a waiting line */
-    double t_sync;      /* next attempt to pick a source */
-    int sync_peer;      /* -1: no pull in flight */
-    long sync_round;    /* pull goal: a state at sync_round or later, */
-    int sync_check;     /* ... and if at sync_round, with sync_hash */
+    uint32_t members;    /* of the exchange in progress, or of the vote */
+    al_round_vote last;  /* the last vote persisted */
+    int interval_done;   /* this round's statistics are ready */
+    int have_candidate;  /* a candidate is held beside θ_global */
+    double t_start;      /* join started */
+    double t_stats;      /* statistics sent for (round, epoch) */
+    double t_hb;         /* next heartbeat */
+    double t_note;       /* next repeat of a waiting line */
+    double t_sync;       /* next attempt to pick a source */
+    int sync_peer;       /* -1: no pull in flight */
+    uint32_t sync_tried; /* sources that failed this goal, tried again only after the others */
+    long sync_round;     /* pull goal: a state at sync_round or later, */
+    int sync_check;      /* ... and if at sync_round, with sync_hash */
     al_round_hash sync_hash;
-    char health[64]; /* "" or "no quorum: 1 of 3 sites reachable" */
+    char health[96]; /* "" or "no quorum: 1 of 3 sites reachable" */
     al_round_peer peer[AL_ROUND_MAX_SITES];
     al_round_action out[AL_ROUND_MAX_ACTIONS];
     int nout, lost; /* actions waiting; actions lost to a full queue (a bug) */

@@ -96,8 +96,12 @@ __attribute__((format(printf, 3, 4))) static void note(al_round *m, int level, c
 }
 
 static void to_peers(al_round *m, al_round_action_type t) {
-    for (int i = 0; i < m->cfg.nsites; i++)
-        if (i != m->cfg.self) emit(m, t)->peer = i;
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        if (i == m->cfg.self) continue;
+        al_round_action *a = emit(m, t);
+        a->peer = i;
+        if (t == AL_ACT_SEND_STATUS) al_round_status_get(m, &a->st);
+    }
 }
 
 static int popcount(uint32_t x) {
@@ -127,6 +131,7 @@ static void enter(al_round *m, long round, uint64_t epoch) {
         m->vote = m->last.vote;
         m->vote_hash = m->last.hash;
         m->members = m->last.members;
+        m->have_candidate = m->vote == AL_VOTE_HASH; /* persisted with the vote */
     }
 }
 
@@ -167,20 +172,29 @@ static void train(al_round *m) {
 }
 
 /* A live peer holding the pull goal: at sync_round or later, and with sync_hash
- * if at sync_round when sync_check; the furthest (ties: the lowest id). -1: none. */
-static int sync_source(const al_round *m) {
-    int best = -1;
-    for (int i = 0; i < m->cfg.nsites; i++) {
-        const al_round_peer *p = &m->peer[i];
-        if (i == m->cfg.self || !p->have || !p->alive || p->st.round < m->sync_round) continue;
-        if (m->sync_check && p->st.round == m->sync_round && !heq(&p->st.base, &m->sync_hash))
-            continue;
-        if (best < 0 || p->st.round > m->peer[best].st.round) best = i;
+ * if at sync_round when sync_check; the furthest (ties: the lowest id) of those
+ * not tried yet, or of all once each was tried. -1: none. */
+static int sync_source(al_round *m) {
+    for (int pass = 0; pass < 2; pass++) {
+        int best = -1;
+        for (int i = 0; i < m->cfg.nsites; i++) {
+            const al_round_peer *p = &m->peer[i];
+            if (i == m->cfg.self || !p->have || !p->alive || p->st.round < m->sync_round ||
+                (m->sync_tried >> i & 1))
+                continue;
+            if (m->sync_check && p->st.round == m->sync_round && !heq(&p->st.base, &m->sync_hash))
+                continue;
+            if (best < 0 || p->st.round > m->peer[best].st.round) best = i;
+        }
+        if (best >= 0) return best;
+        m->sync_tried = 0;
     }
-    return best;
+    return -1;
 }
 
 static void try_sync(al_round *m, double now) {
+    if (m->sync_peer >= 0) m->sync_tried |= 1u << m->sync_peer; /* unanswered */
+    m->sync_peer = -1;
     int src = sync_source(m);
     if (src < 0) return;
     char nm[16];
@@ -202,6 +216,7 @@ static void sync_to(al_round *m, long round, const al_round_hash *h, double now,
     m->phase = AL_PH_SYNC;
     m->sync_round = round;
     m->sync_check = h != NULL;
+    m->sync_tried = 0;
     memset(&m->sync_hash, 0, sizeof m->sync_hash);
     if (h) m->sync_hash = *h;
     m->sync_peer = -1;
@@ -306,7 +321,7 @@ static int follow_majority_base(al_round *m, double now) {
                  heq(&m->peer[j].st.base, &p->st.base);
         if (n >= need) {
             char a[17], b[17];
-            char why[96];
+            char why[128];
             snprintf(why, sizeof why, "theta_global %s differs from %s, held by %d of %d sites",
                      hshort(&m->base, a), hshort(&p->st.base, b), n, m->cfg.nsites);
             sync_to(m, m->round, &p->st.base, now, why);
@@ -396,10 +411,7 @@ static void decide_outcome(al_round *m, double now) {
 /* After any event: move on as far as what is known allows. */
 static void advance(al_round *m, double now) {
     if (m->phase == AL_PH_SYNC) {
-        if (now >= m->t_sync) { /* no pull in flight, or one unanswered for deadline_s */
-            m->sync_peer = -1;
-            try_sync(m, now);
-        }
+        if (now >= m->t_sync) try_sync(m, now); /* none in flight, or one unanswered */
         return;
     }
     if (follow_ahead(m, now)) return;
@@ -501,21 +513,35 @@ static void heard(al_round *m, int j, double now) {
     p->heard = now;
 }
 
+/* θ_global hashes to h: if that is not the committed base, pull it again. */
+static int corrupted(al_round *m, const al_round_hash *h, double now) {
+    if (heq(h, &m->base)) return 0;
+    char a[17], b[17], why[112];
+    snprintf(why, sizeof why, "theta_global hashes to %s, not the committed %s: corrupted here",
+             hshort(h, a), hshort(&m->base, b));
+    sync_to(m, m->round, &m->base, now, why);
+    return 1;
+}
+
 static void on_interval_done(al_round *m, const al_round_event *ev, double now) {
     if (m->phase != AL_PH_TRAIN || ev->round != m->round) return;
     m->interval_done = 1;
-    if (heq(&ev->hash, &m->base)) {
-        start_stats(m, now);
+    if (!corrupted(m, &ev->hash, now)) start_stats(m, now);
+}
+
+static void on_candidate(al_round *m, const al_round_event *ev, double now) {
+    if (heq(&ev->theta, &m->base)) {
+        m->have_candidate = 1;
+        cast(m, AL_VOTE_HASH, &ev->hash);
         return;
     }
-    char a[17], b[17], why[112];
-    snprintf(why, sizeof why, "theta_global hashes to %s, not the committed %s: corrupted here",
-             hshort(&ev->hash, a), hshort(&m->base, b));
-    sync_to(m, m->round, &m->base, now, why);
+    cast(m, AL_VOTE_NULL, NULL); /* a candidate from a corrupted θ_global */
+    corrupted(m, &ev->theta, now);
 }
 
 static void on_synced(al_round *m, const al_round_event *ev) {
     if (m->phase != AL_PH_SYNC || ev->peer != m->sync_peer) return;
+    m->sync_tried |= 1u << m->sync_peer;
     m->sync_peer = -1;
     if (ev->round < m->sync_round ||
         (m->sync_check && ev->round == m->sync_round && !heq(&ev->hash, &m->sync_hash))) {
@@ -574,15 +600,14 @@ void al_round_step(al_round *m, const al_round_event *ev) {
         cast(m, AL_VOTE_NULL, NULL);
         break;
     case AL_EV_CANDIDATE:
-        if (m->phase != AL_PH_PROPOSE || !here) break;
-        m->have_candidate = 1;
-        cast(m, AL_VOTE_HASH, &ev->hash);
+        if (m->phase == AL_PH_PROPOSE && here) on_candidate(m, ev, now);
         break;
     case AL_EV_SYNCED:
         on_synced(m, ev);
         break;
     case AL_EV_SYNC_FAILED:
         if (m->phase != AL_PH_SYNC || ev->peer != m->sync_peer) break;
+        m->sync_tried |= 1u << m->sync_peer;
         m->sync_peer = -1;
         m->t_sync = now + m->cfg.heartbeat_s;
         break;
