@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <string.h>
 
-/* AL_ROUND_BUG=1 (tests only): a commit counts one vote fewer than the quorum. */
+/* Deliberate bugs, for tests/meson.build's round_bug* binaries only: 1: a commit counts
+ * one vote fewer than the quorum; 2: a restarted site forgets its persisted vote;
+ * 3: an epoch is declared void one vote too early. */
 #ifndef AL_ROUND_BUG
 #define AL_ROUND_BUG 0
 #endif
@@ -120,6 +122,7 @@ static int newer(const al_round_status *x, const al_round_status *y) {
 /* Start (round, epoch) afresh; never below the epoch of a vote persisted in this
  * round, and holding that vote in its epoch. */
 static void enter(al_round *m, long round, uint64_t epoch) {
+    if (AL_ROUND_BUG == 2) m->last.round = -1;
     if (m->last.round == round && m->last.epoch > epoch) epoch = m->last.epoch;
     m->round = round;
     m->epoch = epoch;
@@ -131,7 +134,6 @@ static void enter(al_round *m, long round, uint64_t epoch) {
         m->vote = m->last.vote;
         m->vote_hash = m->last.hash;
         m->members = m->last.members;
-        m->have_candidate = m->vote == AL_VOTE_HASH; /* persisted with the vote */
     }
 }
 
@@ -384,7 +386,7 @@ static void check_exchange(al_round *m) {
 static void decide_outcome(al_round *m, double now) {
     tally t;
     count_votes(m, &t);
-    if (t.nbest >= m->q - AL_ROUND_BUG) { /* (round, epoch) committed t.best */
+    if (t.nbest >= m->q - (AL_ROUND_BUG == 1)) { /* (round, epoch) committed t.best */
         if (m->have_candidate && m->vote == AL_VOTE_HASH && heq(&m->vote_hash, &t.best)) {
             apply(m, &t.best);
         } else if ((m->phase == AL_PH_EXCHANGE || m->phase == AL_PH_PROPOSE) &&
@@ -399,7 +401,8 @@ static void decide_outcome(al_round *m, double now) {
         return;
     }
     int unseen = m->cfg.nsites - t.seen;
-    if (t.seen > 0 && t.nbest + unseen < m->q) { /* nobody can commit (round, epoch) */
+    if (t.seen > 0 &&
+        t.nbest + unseen < m->q + (AL_ROUND_BUG == 3)) { /* nobody can commit (round, epoch) */
         note(m, AL_LOG_INFO, "round %ld: attempt %llu cannot reach a quorum (%d votes seen)",
              m->round, (unsigned long long)m->epoch, t.seen);
         leave(m);
@@ -478,6 +481,7 @@ int al_round_init(al_round *m, const al_round_cfg *cfg, const al_round_start *s,
     m->t_hb = now; /* first heartbeat at the first event */
     m->sync_peer = -1;
     enter(m, s->round, 0);
+    m->have_candidate = m->vote == AL_VOTE_HASH; /* the caller restored it with the vote */
     for (int i = 0; i < cfg->nsites; i++) m->peer[i].stats_round = -1;
     return 0;
 }

@@ -14,8 +14,9 @@
  * and at the end of each schedule (after the faults stop):
  *   (c) all sites were together at a round >= 3 past the one at the heal, on
  *       the same base, and no corrupted θ is left.
- * AL_ROUND_SCHEDULES sets the number of schedules (default 10000); `--seed N`
- * replays one with every event and log line printed. */
+ * AL_ROUND_SCHEDULES sets the number of schedules (default 10000: seeds 0..9999,
+ * configuration = seed mod 3), AL_ROUND_FIRST_SEED the first seed; `--seed N`
+ * replays one schedule with every event and log line printed. */
 #include "al_test.h"
 
 #include <string.h>
@@ -524,7 +525,7 @@ static void setup(world *w, uint64_t seed) {
                       .dup = sn_uniform(&w->rng, 0, 0.1),
                       .dmin = 0.005,
                       .dmax = sn_uniform(&w->rng, 0.02, 0.5)};
-    w->t_quiesce = sn_uniform(&w->rng, 15, 40);
+    w->t_quiesce = sn_uniform(&w->rng, 15, 60);
     w->t_end = w->t_quiesce + 45;
     for (int i = 0; i < w->n; i++) {
         memset(&w->s[i], 0, sizeof w->s[i]);
@@ -532,7 +533,7 @@ static void setup(world *w, uint64_t seed) {
         start_site(w, i);
         push(w, SN_TICK, i, sn_uniform(&w->rng, 0, TICK_S), (sn_event){0});
     }
-    int nf = 1 + (int)al_rng_below(&w->rng, 8);
+    int nf = 1 + (int)al_rng_below(&w->rng, 12);
     for (int k = 0; k < nf; k++) {
         sn_event e = {.fault = (int)al_rng_below(&w->rng, F_NFAULTS),
                       .a = (int)al_rng_below(&w->rng, (uint64_t)w->n),
@@ -578,19 +579,21 @@ static void world_free(world *w) {
     free(w->votes);
 }
 
-static long schedules(void) {
-    const char *s = getenv("AL_ROUND_SCHEDULES");
-    long n = s ? strtol(s, NULL, 10) : 10000;
-    return n > 0 ? n : 10000;
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *s = getenv(name);
+    return s && *s ? strtoull(s, NULL, 10) : dflt;
 }
 
-/* Seeds k, k + 3, k + 6, ...: the share of one configuration. */
+/* Seeds first + k (mod 3), stepping by 3: the share of configuration k. */
 static void simulate(int kind) {
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
-    long total = schedules(), failed = 0;
+    uint64_t first = env_u64("AL_ROUND_FIRST_SEED", 0);
+    uint64_t end = first + env_u64("AL_ROUND_SCHEDULES", 10000);
+    long failed = 0;
     double t0 = al_now();
-    for (uint64_t seed = (uint64_t)kind; seed < (uint64_t)total && !failed; seed += 3)
+    for (uint64_t seed = first + (3 + (uint64_t)kind - first % 3) % 3; seed < end && !failed;
+         seed += 3)
         failed += run_schedule(w, seed);
     counts c = w->c;
     print_message("  %s: %ld schedules in %.1f s wall, %ld events; %ld commits, %ld pulls (%ld "
