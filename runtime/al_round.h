@@ -26,19 +26,24 @@
  *      The vote, and for a hash the candidate it names, are persisted
  *      (AL_ACT_PERSIST_VOTE, done before the next action) before any status
  *      carries the vote; a restarted site resumes at the epoch of its
- *      persisted vote, holding it and its candidate (raft's rule: an entry is
- *      durable before it is acknowledged; without it a round whose voters all
- *      restarted would be committed with its θ lost).
+ *      persisted vote, holding it, and holds the candidate of its round's
+ *      last hash vote until AL_ACT_REVERT or AL_ACT_APPLY (raft's rule: an
+ *      entry is durable before it is acknowledged; without it a round whose
+ *      voters all restarted would be committed with its θ lost).
  *   4. Round r commits hash h once a quorum of the *configured* sites voted h
  *      in one (r, e) (majority: n/2 + 1, all: n, any: 1). The site whose vote
  *      is h applies its candidate (AL_ACT_APPLY: θ_global := candidate, and
  *      the commit (r + 1, h) is persisted before the next action); any other
  *      site pulls the state of round r + 1 from a voter (AL_ACT_SYNC, then
  *      AL_ACT_ADOPT). A peer at a later round proves a commit the same way.
- *   5. When the votes seen for (r, e) leave no hash able to reach the quorum
+ *   5. When the votes seen for (r, e) leave no value able to reach the quorum
  *      (nulls, splits), (r, e) is void: the site reverts its candidate and
  *      sends its statistics again for (r, e + 1). A peer at a later epoch of
  *      the same round proves the void.
+ *   6. Only a member can vote for a value (a site votes for its own candidate
+ *      and is a member of its own exchange), so a value's votes can still
+ *      grow only by its unseen members: a member that died before voting does
+ *      not hold the others back once they split their votes.
  * θ_global is checked at the end of every interval (AL_EV_INTERVAL_DONE's
  * hash) and with every candidate (AL_EV_CANDIDATE's theta): one that differs
  * from the committed base was corrupted here and is pulled again from a peer
@@ -82,14 +87,19 @@ typedef struct al_round_hash {
     uint8_t b[32];
 } al_round_hash;
 
+/* A value voted for: a candidate's hash and the members whose Δ it averages. */
+typedef struct al_round_value {
+    al_round_hash hash;
+    uint32_t members; /* bit i = site i */
+} al_round_value;
+
 /* What a site tells its peers: sent every heartbeat and whenever it votes. */
 typedef struct al_round_status {
-    long round;         /* the round in progress (round - 1 is committed) */
-    uint64_t epoch;     /* the attempt of that round */
-    al_round_hash base; /* θ_global the round starts from */
-    int vote;           /* AL_VOTE_* for (round, epoch) */
-    al_round_hash vote_hash;
-    uint32_t members; /* the vote's members, bit i = site i */
+    long round;           /* the round in progress (round - 1 is committed) */
+    uint64_t epoch;       /* the attempt of that round */
+    al_round_hash base;   /* θ_global the round starts from */
+    int vote;             /* AL_VOTE_* for (round, epoch) */
+    al_round_value value; /* of a hash vote */
 } al_round_status;
 
 /* A vote as persisted: the last one a site cast. */
@@ -97,8 +107,7 @@ typedef struct al_round_vote {
     long round; /* -1: none */
     uint64_t epoch;
     int vote;
-    al_round_hash hash;
-    uint32_t members;
+    al_round_value value;
 } al_round_vote;
 
 typedef enum {
@@ -133,7 +142,7 @@ typedef struct al_round_event {
     X(AL_ACT_PROPOSE, "propose")           /* round, epoch, members: compute the candidate */      \
     X(AL_ACT_PERSIST_VOTE, "persist-vote") /* round, epoch, vote, hash, members */                 \
     X(AL_ACT_APPLY, "apply")               /* round, epoch, hash: commit; persist (round+1, h) */  \
-    X(AL_ACT_REVERT, "revert")             /* round, epoch: drop the candidate */                  \
+    X(AL_ACT_REVERT, "revert")             /* round, epoch: drop the candidate, persisted too */   \
     X(AL_ACT_SYNC, "sync")                 /* peer, round, hash: pull state >= round */            \
     X(AL_ACT_ADOPT, "adopt")               /* round, hash: the pulled state; persist it */         \
     X(AL_ACT_DROP, "drop")                 /* peer: declared dead */                               \
@@ -153,6 +162,7 @@ typedef struct al_round_action {
     uint32_t members;
     al_round_hash hash;
     al_round_status st; /* AL_ACT_SEND_STATUS: never ahead of the votes persisted before it */
+    al_round_vote rec;  /* AL_ACT_PERSIST_VOTE: the record to persist */
     char text[160];
 } al_round_action;
 
@@ -168,9 +178,11 @@ typedef struct al_round_cfg {
 
 /* Where a site (re)starts: its persisted commit and its persisted last vote. */
 typedef struct al_round_start {
-    long round;         /* the round after the last committed one */
-    al_round_hash base; /* θ_global committed by round - 1 */
-    al_round_vote last; /* last.round = -1: none; a hash vote's candidate is restored too */
+    long round;          /* the round after the last committed one */
+    al_round_hash base;  /* θ_global committed by round - 1 */
+    al_round_vote last;  /* last.round = -1: none */
+    long held_round;     /* the candidate persisted with the round's last hash vote: */
+    al_round_value held; /* ... restored with it when held_round == round (-1: none) */
 } al_round_start;
 
 #define AL_ROUND_PHASES(X)                                                                         \
@@ -204,21 +216,22 @@ typedef struct al_round {
     long round;
     uint64_t epoch;
     al_round_hash base;
-    int vote; /* for (round, epoch) */
-    al_round_hash vote_hash;
-    uint32_t members;    /* of the exchange in progress, or of the vote */
-    al_round_vote last;  /* the last vote persisted */
-    int interval_done;   /* this round's statistics are ready */
-    int have_candidate;  /* a candidate is held beside θ_global */
-    double t_start;      /* join started */
-    double t_stats;      /* statistics sent for (round, epoch) */
-    double t_hb;         /* next heartbeat */
-    double t_note;       /* next repeat of a waiting line */
-    double t_sync;       /* next attempt to pick a source */
-    int sync_peer;       /* -1: no pull in flight */
-    uint32_t sync_tried; /* sources that failed this goal, tried again only after the others */
-    long sync_round;     /* pull goal: a state at sync_round or later, */
-    int sync_check;      /* ... and if at sync_round, with sync_hash */
+    int vote;             /* for (round, epoch) */
+    al_round_value value; /* of a hash vote */
+    uint32_t members;     /* of the exchange in progress */
+    al_round_value cand;  /* the candidate held, when have_candidate */
+    al_round_vote last;   /* the last vote persisted */
+    int interval_done;    /* this round's statistics are ready */
+    int have_candidate;   /* a candidate is held beside θ_global */
+    double t_start;       /* join started */
+    double t_stats;       /* statistics sent for (round, epoch) */
+    double t_hb;          /* next heartbeat */
+    double t_note;        /* next repeat of a waiting line */
+    double t_sync;        /* next attempt to pick a source */
+    int sync_peer;        /* -1: no pull in flight */
+    uint32_t sync_tried;  /* sources that failed this goal, tried again only after the others */
+    long sync_round;      /* pull goal: a state at sync_round or later, */
+    int sync_check;       /* ... and if at sync_round, with sync_hash */
     al_round_hash sync_hash;
     char health[96]; /* "" or "no quorum: 1 of 3 sites reachable" */
     al_round_peer peer[AL_ROUND_MAX_SITES];

@@ -112,6 +112,10 @@ static int popcount(uint32_t x) {
     return n;
 }
 
+static int veq(const al_round_value *x, const al_round_value *y) {
+    return heq(&x->hash, &y->hash) && x->members == y->members;
+}
+
 /* Is status x newer than y? (round, epoch), then a vote over none. */
 static int newer(const al_round_status *x, const al_round_status *y) {
     if (x->round != y->round) return x->round > y->round;
@@ -119,8 +123,10 @@ static int newer(const al_round_status *x, const al_round_status *y) {
     return x->vote != AL_VOTE_NONE || y->vote == AL_VOTE_NONE;
 }
 
-/* Start (round, epoch) afresh; never below the epoch of a vote persisted in this
- * round, and holding that vote in its epoch. */
+/* Start (round, epoch); never below the epoch of a vote persisted in this round,
+ * and in that epoch holding the vote. Going back to an earlier epoch (after a pull
+ * of this round's state) is safe: a void was proved with every unseen vote counted
+ * as possible. */
 static void enter(al_round *m, long round, uint64_t epoch) {
     if (AL_ROUND_BUG == 2) m->last.round = -1;
     if (m->last.round == round && m->last.epoch > epoch) epoch = m->last.epoch;
@@ -128,42 +134,37 @@ static void enter(al_round *m, long round, uint64_t epoch) {
     m->epoch = epoch;
     m->vote = AL_VOTE_NONE;
     m->members = 0;
-    m->have_candidate = 0;
+    if (round != m->round) m->have_candidate = 0; /* within a round only leave() drops it */
     m->health[0] = 0;
     if (m->last.round == round && m->last.epoch == epoch) {
         m->vote = m->last.vote;
-        m->vote_hash = m->last.hash;
-        m->members = m->last.members;
+        m->value = m->last.value;
     }
 }
 
-static void cast(al_round *m, int vote, const al_round_hash *h) {
+static void cast(al_round *m, int vote, const al_round_value *v) {
     if (m->vote == AL_VOTE_NONE) { /* one vote per (round, epoch), ever */
         m->vote = vote;
-        memset(&m->vote_hash, 0, sizeof m->vote_hash);
-        if (h) m->vote_hash = *h;
-        m->last = (al_round_vote){m->round, m->epoch, vote, m->vote_hash, m->members};
+        memset(&m->value, 0, sizeof m->value);
+        if (v) m->value = *v;
+        m->last = (al_round_vote){m->round, m->epoch, vote, m->value};
         al_round_action *a = emit(m, AL_ACT_PERSIST_VOTE);
         a->vote = vote;
-        a->hash = m->vote_hash;
-        a->members = m->members;
+        a->hash = m->value.hash;
+        a->members = m->value.members;
+        a->rec = m->last;
     }
     m->phase = AL_PH_VOTED;
     to_peers(m, AL_ACT_SEND_STATUS);
 }
 
-static void start_stats(al_round *m, double now) {
-    m->phase = AL_PH_STATS;
-    m->t_stats = now;
-    to_peers(m, AL_ACT_SEND_STATUS);
-    to_peers(m, AL_ACT_SEND_STATS);
-}
-
-/* Leave the exchange or candidate of the current (round, epoch) behind. */
-static void leave(al_round *m) {
+/* Leave the exchange of the current (round, epoch), and its candidate unless kept. */
+static void leave(al_round *m, const al_round_value *keep) {
     if (m->phase == AL_PH_EXCHANGE) emit(m, AL_ACT_ABORT);
-    if (m->have_candidate) emit(m, AL_ACT_REVERT);
-    m->have_candidate = 0;
+    if (m->have_candidate && !(keep && veq(&m->cand, keep))) {
+        emit(m, AL_ACT_REVERT);
+        m->have_candidate = 0;
+    }
 }
 
 static void train(al_round *m) {
@@ -171,6 +172,20 @@ static void train(al_round *m) {
     m->interval_done = 0;
     emit(m, AL_ACT_TRAIN);
     to_peers(m, AL_ACT_SEND_STATUS);
+}
+
+/* The interval is done: send the statistics of this (round, epoch). */
+static void start_stats(al_round *m, double now) {
+    m->t_stats = now;
+    m->phase = AL_PH_STATS;
+    to_peers(m, AL_ACT_SEND_STATUS);
+    to_peers(m, AL_ACT_SEND_STATS);
+}
+
+static void next_epoch(al_round *m, uint64_t epoch, double now) {
+    leave(m, NULL);
+    enter(m, m->round, epoch);
+    if (m->interval_done) start_stats(m, now);
 }
 
 /* A live peer holding the pull goal: at sync_round or later, and with sync_hash
@@ -213,7 +228,8 @@ static void try_sync(al_round *m, double now) {
 
 /* Pull a state at `round` or later; at `round` it must hash to h (NULL: any). */
 static void sync_to(al_round *m, long round, const al_round_hash *h, double now, const char *why) {
-    leave(m);
+    /* a pull of this round's state keeps the candidate: it may be the one committed */
+    leave(m, round == m->round && m->have_candidate ? &m->cand : NULL);
     note(m, AL_LOG_WARN, "round %ld: %s", m->round, why);
     m->phase = AL_PH_SYNC;
     m->sync_round = round;
@@ -228,54 +244,58 @@ static void sync_to(al_round *m, long round, const al_round_hash *h, double now,
 static void apply(al_round *m, const al_round_hash *h) {
     al_round_action *a = emit(m, AL_ACT_APPLY);
     a->hash = *h;
-    a->members = m->members;
+    a->members = m->cand.members;
     m->base = *h;
+    m->have_candidate = 0;
     enter(m, m->round + 1, 0);
     train(m);
 }
 
 /* ---- deciding --------------------------------------------------------------------- */
 
+/* The votes known for (round, epoch). Only a member votes for a value (a site
+ * votes for its own candidate and is a member of its own exchange), so a value
+ * seen can gain votes only from its unseen members. */
 typedef struct tally {
-    al_round_hash best; /* the hash with the most votes */
-    int nbest, seen;    /* its votes; votes known, null ones included */
-    int voter;          /* a live peer that voted best (-1: none) */
-    uint32_t mask;      /* best's members as its first voter saw them */
+    al_round_value best; /* the value with the most votes */
+    int nbest, seen;     /* its votes; votes known, null ones included */
+    int reach;           /* the most votes any value can still reach */
 } tally;
 
 static void count_votes(const al_round *m, tally *t) {
-    al_round_hash hs[AL_ROUND_MAX_SITES];
-    int cnt[AL_ROUND_MAX_SITES], who[AL_ROUND_MAX_SITES], nh = 0;
-    uint32_t mem[AL_ROUND_MAX_SITES];
+    al_round_value vs[AL_ROUND_MAX_SITES];
+    int cnt[AL_ROUND_MAX_SITES], nv = 0;
+    uint32_t seen = 0;
     memset(t, 0, sizeof *t);
-    t->voter = -1;
     for (int i = 0; i < m->cfg.nsites; i++) {
         const al_round_peer *p = &m->peer[i];
         int me = i == m->cfg.self;
         int here = me || (p->have && p->st.round == m->round && p->st.epoch == m->epoch);
         int vote = !here ? AL_VOTE_NONE : me ? m->vote : p->st.vote;
         if (vote == AL_VOTE_NONE) continue;
-        t->seen++;
+        seen |= 1u << i;
         if (vote != AL_VOTE_HASH) continue;
-        const al_round_hash *h = me ? &m->vote_hash : &p->st.vote_hash;
+        const al_round_value *v = me ? &m->value : &p->st.value;
         int k = 0;
-        while (k < nh && !heq(&hs[k], h)) k++;
-        if (k == nh) {
-            hs[nh] = *h;
-            cnt[nh] = 0;
-            who[nh] = -1;
-            mem[nh++] = me ? m->members : p->st.members;
+        while (k < nv && !veq(&vs[k], v)) k++;
+        if (k == nv) {
+            vs[nv] = *v;
+            cnt[nv++] = 0;
         }
         cnt[k]++;
-        if (!me && p->alive) who[k] = i;
     }
-    for (int k = 0; k < nh; k++)
+    uint32_t unseen = ~seen & (uint32_t)((1ull << m->cfg.nsites) - 1);
+    t->seen = popcount(seen);
+    t->reach = popcount(unseen); /* a value nobody was seen voting for */
+    for (int k = 0; k < nv; k++) {
+        int r = cnt[k] + popcount(unseen & vs[k].members);
+        if (AL_ROUND_BUG == 3) r = cnt[k] + popcount(unseen) - 1; /* one vote early */
+        if (r > t->reach) t->reach = r;
         if (cnt[k] > t->nbest) {
             t->nbest = cnt[k];
-            t->best = hs[k];
-            t->voter = who[k];
-            t->mask = mem[k];
+            t->best = vs[k];
         }
+    }
 }
 
 /* A peer at a later round proves that round m->round was committed. */
@@ -285,9 +305,8 @@ static int follow_ahead(al_round *m, double now) {
         const al_round_peer *p = &m->peer[i];
         if (i == m->cfg.self || !p->have || !p->alive || p->st.round <= m->round) continue;
         ahead = 1;
-        if (m->have_candidate && m->vote == AL_VOTE_HASH && p->st.round == m->round + 1 &&
-            heq(&p->st.base, &m->vote_hash)) { /* they committed our candidate */
-            apply(m, &m->vote_hash);
+        if (m->have_candidate && p->st.round == m->round + 1 && heq(&p->st.base, &m->cand.hash)) {
+            apply(m, &m->cand.hash); /* they committed the candidate held here */
             return 1;
         }
     }
@@ -296,18 +315,16 @@ static int follow_ahead(al_round *m, double now) {
     return 1;
 }
 
-/* A peer at this round in a later epoch proves that this epoch is void. */
+/* A peer at this round in a later epoch proves that this epoch is void: follow it. */
 static void follow_epoch(al_round *m, double now) {
-    uint64_t e = m->epoch;
+    int src = -1;
     for (int i = 0; i < m->cfg.nsites; i++) {
         const al_round_peer *p = &m->peer[i];
-        if (i != m->cfg.self && p->have && p->st.round == m->round && p->st.epoch > e)
-            e = p->st.epoch;
+        if (i != m->cfg.self && p->have && p->st.round == m->round && p->st.epoch > m->epoch &&
+            (src < 0 || p->st.epoch > m->peer[src].st.epoch))
+            src = i;
     }
-    if (e == m->epoch) return;
-    leave(m);
-    enter(m, m->round, e);
-    if (m->interval_done) start_stats(m, now);
+    if (src >= 0) next_epoch(m, m->peer[src].st.epoch, now);
 }
 
 /* A majority of the configured sites holds another base at this round. */
@@ -375,7 +392,7 @@ static void check_exchange(al_round *m) {
         if (!(m->members >> i & 1) || i == m->cfg.self || !p->have) continue;
         if (p->st.round == m->round && p->st.epoch == m->epoch &&
             (p->st.vote == AL_VOTE_NULL ||
-             (p->st.vote == AL_VOTE_HASH && p->st.members != m->members))) {
+             (p->st.vote == AL_VOTE_HASH && p->st.value.members != m->members))) {
             emit(m, AL_ACT_ABORT);
             cast(m, AL_VOTE_NULL, NULL);
             return;
@@ -387,27 +404,23 @@ static void decide_outcome(al_round *m, double now) {
     tally t;
     count_votes(m, &t);
     if (t.nbest >= m->q - (AL_ROUND_BUG == 1)) { /* (round, epoch) committed t.best */
-        if (m->have_candidate && m->vote == AL_VOTE_HASH && heq(&m->vote_hash, &t.best)) {
-            apply(m, &t.best);
-        } else if ((m->phase == AL_PH_EXCHANGE || m->phase == AL_PH_PROPOSE) &&
-                   t.mask == m->members) {
-            return; /* our own candidate is on its way */
+        if (m->have_candidate && veq(&m->cand, &t.best)) {
+            apply(m, &t.best.hash);
+        } else if ((m->phase == AL_PH_EXCHANGE && m->members == t.best.members) ||
+                   m->phase == AL_PH_PROPOSE) {
+            return; /* a candidate is on its way: it may be this one */
         } else {
             char h[17], why[96];
             snprintf(why, sizeof why, "a quorum committed %s, not this site's candidate",
-                     hshort(&t.best, h));
-            sync_to(m, m->round + 1, &t.best, now, why);
+                     hshort(&t.best.hash, h));
+            sync_to(m, m->round + 1, &t.best.hash, now, why);
         }
         return;
     }
-    int unseen = m->cfg.nsites - t.seen;
-    if (t.seen > 0 &&
-        t.nbest + unseen < m->q + (AL_ROUND_BUG == 3)) { /* nobody can commit (round, epoch) */
+    if (t.seen > 0 && t.reach < m->q) { /* nobody can commit (round, epoch) */
         note(m, AL_LOG_INFO, "round %ld: attempt %llu cannot reach a quorum (%d votes seen)",
              m->round, (unsigned long long)m->epoch, t.seen);
-        leave(m);
-        enter(m, m->round, m->epoch + 1);
-        start_stats(m, now);
+        next_epoch(m, m->epoch + 1, now);
     }
 }
 
@@ -481,7 +494,8 @@ int al_round_init(al_round *m, const al_round_cfg *cfg, const al_round_start *s,
     m->t_hb = now; /* first heartbeat at the first event */
     m->sync_peer = -1;
     enter(m, s->round, 0);
-    m->have_candidate = m->vote == AL_VOTE_HASH; /* the caller restored it with the vote */
+    m->have_candidate = s->held_round == s->round; /* the caller restored it */
+    m->cand = s->held;
     for (int i = 0; i < cfg->nsites; i++) m->peer[i].stats_round = -1;
     return 0;
 }
@@ -536,7 +550,8 @@ static void on_interval_done(al_round *m, const al_round_event *ev, double now) 
 static void on_candidate(al_round *m, const al_round_event *ev, double now) {
     if (heq(&ev->theta, &m->base)) {
         m->have_candidate = 1;
-        cast(m, AL_VOTE_HASH, &ev->hash);
+        m->cand = (al_round_value){ev->hash, m->members};
+        cast(m, AL_VOTE_HASH, &m->cand);
         return;
     }
     cast(m, AL_VOTE_NULL, NULL); /* a candidate from a corrupted θ_global */
@@ -638,8 +653,7 @@ void al_round_status_get(const al_round *m, al_round_status *st) {
     st->epoch = m->epoch;
     st->base = m->base;
     st->vote = m->vote;
-    st->vote_hash = m->vote_hash;
-    st->members = m->members;
+    st->value = m->value;
 }
 
 int al_round_reachable(const al_round *m) {
