@@ -130,11 +130,11 @@ static int newer(const al_round_status *x, const al_round_status *y) {
 static void enter(al_round *m, long round, uint64_t epoch) {
     if (AL_ROUND_BUG == 2) m->last.round = -1;
     if (m->last.round == round && m->last.epoch > epoch) epoch = m->last.epoch;
+    if (round != m->round) m->have_candidate = 0; /* within a round only leave() drops it */
     m->round = round;
     m->epoch = epoch;
     m->vote = AL_VOTE_NONE;
     m->members = 0;
-    if (round != m->round) m->have_candidate = 0; /* within a round only leave() drops it */
     m->health[0] = 0;
     if (m->last.round == round && m->last.epoch == epoch) {
         m->vote = m->last.vote;
