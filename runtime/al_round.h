@@ -46,8 +46,10 @@
  *      not hold the others back once they split their votes.
  * θ_global is checked at the end of every interval (AL_EV_INTERVAL_DONE's
  * hash) and with every candidate (AL_EV_CANDIDATE's theta): one that differs
- * from the committed base was corrupted here and is pulled again from a peer
- * (after a null vote when found with a candidate); a site whose base differs from the one a
+ * from the committed base was corrupted here (after a null vote when found
+ * with a candidate) and is reloaded from this site's persisted commit
+ * (AL_ACT_RELOAD), or pulled from a peer if that copy is bad too; the
+ * interval is then trained again; a site whose base differs from the one a
  * majority of the configured sites holds at its round pulls theirs. A pull
  * is checked against the hash its source announced (the caller's job) and
  * adopted only if it is at least the round asked for.
@@ -120,6 +122,7 @@ typedef enum {
     AL_EV_CANDIDATE,       /* round, epoch, hash; theta: of θ_global it was computed from */
     AL_EV_SYNCED,          /* peer, round, hash: the state pulled (verified against hash) */
     AL_EV_SYNC_FAILED,     /* peer */
+    AL_EV_RELOADED,        /* hash: of θ_global reloaded from this site's persisted commit */
 } al_round_event_type;
 
 typedef struct al_round_event {
@@ -145,6 +148,7 @@ typedef struct al_round_event {
     X(AL_ACT_REVERT, "revert")             /* round, epoch: drop the candidate, persisted too */   \
     X(AL_ACT_SYNC, "sync")                 /* peer, round, hash: pull state >= round */            \
     X(AL_ACT_ADOPT, "adopt")               /* round, hash: the pulled state; persist it */         \
+    X(AL_ACT_RELOAD, "reload")             /* round, hash: reload θ_global from the commit */     \
     X(AL_ACT_DROP, "drop")                 /* peer: declared dead */                               \
     X(AL_ACT_LOG, "log")                   /* level, text */
 typedef enum {
@@ -192,7 +196,8 @@ typedef struct al_round_start {
     X(AL_PH_EXCHANGE, "exchange") /* Δ exchange with the members */                               \
     X(AL_PH_PROPOSE, "propose")   /* computing the candidate */                                    \
     X(AL_PH_VOTED, "voted")       /* voted; waiting for the outcome */                             \
-    X(AL_PH_SYNC, "sync")         /* pulling committed state */
+    X(AL_PH_SYNC, "sync")         /* pulling committed state */                                    \
+    X(AL_PH_RELOAD, "reload")     /* reloading θ_global from this site's persisted commit */
 typedef enum {
 #define AL_PH_ENUM(e, s) e,
     AL_ROUND_PHASES(AL_PH_ENUM)

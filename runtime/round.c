@@ -449,7 +449,7 @@ static void advance(al_round *m, double now) {
         }
         return;
     }
-    if (m->phase == AL_PH_TRAIN) return;
+    if (m->phase == AL_PH_TRAIN || m->phase == AL_PH_RELOAD) return;
     if (m->phase == AL_PH_STATS) decide_members(m, now);
     if (m->phase == AL_PH_EXCHANGE) check_exchange(m);
     if (m->phase >= AL_PH_STATS) decide_outcome(m, now);
@@ -531,23 +531,39 @@ static void heard(al_round *m, int j, double now) {
     p->heard = now;
 }
 
-/* θ_global hashes to h: if that is not the committed base, pull it again. */
-static int corrupted(al_round *m, const al_round_hash *h, double now) {
+/* θ_global hashes to h: if that is not the committed base, reload it from the
+ * persisted commit (on_reloaded pulls it from a peer if that copy is bad too). */
+static int corrupted(al_round *m, const al_round_hash *h) {
     if (heq(h, &m->base)) return 0;
-    char a[17], b[17], why[112];
-    snprintf(why, sizeof why, "theta_global hashes to %s, not the committed %s: corrupted here",
-             hshort(h, a), hshort(&m->base, b));
-    sync_to(m, m->round, &m->base, now, why);
+    char a[17], b[17];
+    note(m, AL_LOG_WARN,
+         "round %ld: theta_global hashes to %s, not the committed %s: corrupted here, reloading",
+         m->round, hshort(h, a), hshort(&m->base, b));
+    leave(m, m->have_candidate ? &m->cand : NULL); /* the candidate may be the committed one */
+    m->phase = AL_PH_RELOAD;
+    m->interval_done = 0; /* trained from a bad θ_global, perhaps: train again */
+    emit(m, AL_ACT_RELOAD)->hash = m->base;
     return 1;
+}
+
+static void on_reloaded(al_round *m, const al_round_event *ev, double now) {
+    if (m->phase != AL_PH_RELOAD) return;
+    if (heq(&ev->hash, &m->base)) {
+        note(m, AL_LOG_INFO, "round %ld: theta_global reloaded; training the interval again",
+             m->round);
+        train(m);
+        return;
+    }
+    sync_to(m, m->round, &m->base, now, "the persisted theta_global is corrupted too");
 }
 
 static void on_interval_done(al_round *m, const al_round_event *ev, double now) {
     if (m->phase != AL_PH_TRAIN || ev->round != m->round) return;
     m->interval_done = 1;
-    if (!corrupted(m, &ev->hash, now)) start_stats(m, now);
+    if (!corrupted(m, &ev->hash)) start_stats(m, now);
 }
 
-static void on_candidate(al_round *m, const al_round_event *ev, double now) {
+static void on_candidate(al_round *m, const al_round_event *ev) {
     if (heq(&ev->theta, &m->base)) {
         m->have_candidate = 1;
         m->cand = (al_round_value){ev->hash, m->members};
@@ -555,7 +571,7 @@ static void on_candidate(al_round *m, const al_round_event *ev, double now) {
         return;
     }
     cast(m, AL_VOTE_NULL, NULL); /* a candidate from a corrupted θ_global */
-    corrupted(m, &ev->theta, now);
+    corrupted(m, &ev->theta);
 }
 
 static void on_synced(al_round *m, const al_round_event *ev) {
@@ -619,7 +635,10 @@ void al_round_step(al_round *m, const al_round_event *ev) {
         cast(m, AL_VOTE_NULL, NULL);
         break;
     case AL_EV_CANDIDATE:
-        if (m->phase == AL_PH_PROPOSE && here) on_candidate(m, ev, now);
+        if (m->phase == AL_PH_PROPOSE && here) on_candidate(m, ev);
+        break;
+    case AL_EV_RELOADED:
+        on_reloaded(m, ev, now);
         break;
     case AL_EV_SYNCED:
         on_synced(m, ev);

@@ -11,16 +11,17 @@
 #include "al_round.h"
 
 enum {
-    SN_STATUS,  /* message: a status from `from` to `site` */
-    SN_STATS,   /* message: statistics for (round, epoch) */
-    SN_TICK,    /* the site's timer */
-    SN_TRAINED, /* the site's interval ends (seq: which TRAIN) */
-    SN_XCHECK,  /* look at the site's exchange (round, epoch, members) */
-    SN_CAND,    /* the site's candidate is computed (hash) */
-    SN_SYNCED,  /* the site's pull from `from` is answered */
-    SN_FAULT,   /* fault: a, b, dur */
-    SN_RESTART, /* the site comes back (inc: the incarnation that crashed) */
-    SN_QUIESCE, /* faults end: heal, restart, stop dropping */
+    SN_STATUS,   /* message: a status from `from` to `site` */
+    SN_STATS,    /* message: statistics for (round, epoch) */
+    SN_TICK,     /* the site's timer */
+    SN_TRAINED,  /* the site's interval ends (seq: which TRAIN) */
+    SN_XCHECK,   /* look at the site's exchange (round, epoch, members) */
+    SN_CAND,     /* the site's candidate is computed (hash) */
+    SN_SYNCED,   /* the site's pull from `from` is answered */
+    SN_RELOADED, /* the site's reload of its persisted commit is done (hash) */
+    SN_FAULT,    /* fault: a, b, dur */
+    SN_RESTART,  /* the site comes back (inc: the incarnation that crashed) */
+    SN_QUIESCE,  /* faults end: heal, restart, stop dropping */
     SN_NKINDS
 };
 

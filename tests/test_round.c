@@ -82,6 +82,7 @@ typedef struct vote_rec {
 
 typedef struct counts {
     long schedules, events, commits, adopts, repairs, crashes, partitions, corrupts, drops;
+    long reloads;
     long sent, lost, dups;
     uint64_t max_epoch;
 } counts;
@@ -280,6 +281,10 @@ static void act(world *w, int i, const al_round_action *a) {
         s->disk.base = a->hash;
         if (a->round > 0) commit(w, i, a->round - 1, &a->hash, a->round);
         break;
+    case AL_ACT_RELOAD: /* the persisted commit, unless the disk copy is bad too (1 in 4) */
+        e.hash = al_rng_below(&w->rng, 4) ? s->disk.base : hmk(mix(hval(&s->disk.base), 0xd15c));
+        push(w, SN_RELOADED, i, sn_uniform(&w->rng, 0.1, 0.3), e);
+        break;
     case AL_ACT_DROP:
         w->c.drops++;
         break;
@@ -472,6 +477,12 @@ static void dispatch(world *w, const sn_event *e) {
     case SN_SYNCED:
         if (mine) sync_answer(w, e);
         break;
+    case SN_RELOADED:
+        if (!mine) break;
+        s->theta = e->hash;
+        w->c.reloads += heq(&e->hash, &s->disk.base);
+        feed(w, e->site, (al_round_event){.type = AL_EV_RELOADED, .hash = e->hash});
+        break;
     case SN_FAULT:
         fault(w, e);
         break;
@@ -612,12 +623,13 @@ static void simulate(int kind) {
         failed += run_schedule(w, seed);
     if (failed) print_message("  %ld schedules failed\n", failed);
     counts c = w->c;
-    print_message("  %s: %ld schedules in %.1f s wall, %ld events; %ld commits, %ld pulls (%ld "
-                  "repairs), %ld crashes, %ld partitions, %ld corruptions, %ld peer drops, "
-                  "epoch max %llu; %ld messages, %ld lost, %ld duplicated\n",
-                  CONFIG_NAMES[kind], c.schedules, al_now() - t0, c.events, c.commits, c.adopts,
-                  c.repairs, c.crashes, c.partitions, c.corrupts, c.drops,
-                  (unsigned long long)c.max_epoch, c.sent, c.lost, c.dups);
+    print_message(
+        "  %s: %ld schedules in %.1f s wall, %ld events; %ld commits, %ld pulls (%ld "
+        "repairs), %ld reloads, %ld crashes, %ld partitions, %ld corruptions, %ld peer drops, "
+        "epoch max %llu; %ld messages, %ld lost, %ld duplicated\n",
+        CONFIG_NAMES[kind], c.schedules, al_now() - t0, c.events, c.commits, c.adopts, c.repairs,
+        c.reloads, c.crashes, c.partitions, c.corrupts, c.drops, (unsigned long long)c.max_epoch,
+        c.sent, c.lost, c.dups);
     world_free(w);
     free(w);
     if (failed) fail_msg("an invariant failed (seed above)");
