@@ -583,6 +583,7 @@ static void on_synced(al_round *m, const al_round_event *ev) {
         m->t_sync = ev->now + m->cfg.heartbeat_s; /* not what was asked for: ask again */
         return;
     }
+    if (ev->round != m->round && m->have_candidate) emit(m, AL_ACT_REVERT); /* superseded */
     al_round_action *a = emit(m, AL_ACT_ADOPT);
     a->round = ev->round;
     a->hash = ev->hash;
