@@ -125,6 +125,8 @@ int ag_join(agent *a, al_err *err) {
     double t_end = al_now() + 4 * a->cfg->round_deadline_s + 60;
     int liar[AG_MAX_SITES] = {0}; /* served a state that did not fit: not a source again */
     for (;;) {
+        if (a->stop && *a->stop)
+            return 0; /* SIGTERM while joining: the driver saves what it has and exits */
         if (al_now() > t_end)
             return al_errf(err, AL_ETIMEOUT, "joining: peers never settled on one round");
         struct timespec nap = {0, 100 * 1000 * 1000};
@@ -149,7 +151,7 @@ int ag_join(agent *a, al_err *err) {
         ag_set_round(a, r + 1); /* their round-(r+1) traffic is for us from now on */
         /* wait for every peer to commit round r */
         int src = -1, behind = 1;
-        while (ok && behind && al_now() < t_end) {
+        while (ok && behind && al_now() < t_end && !(a->stop && *a->stop)) {
             behind = 0;
             for (int i = 0; i < a->nsites && ok; i++) {
                 if (!up[i]) continue;

@@ -130,7 +130,7 @@ else
     n=$(grep -c "2 workers forked once (process threads: 1)" r1/a.log)
     [[ $n -eq 1 ]] && ok "3x2: workers forked once, from a single-threaded process" ||
         no "3x2: expected one 'forked once (process threads: 1)' line, got $n: $(grep forked r1/a.log)"
-    python3 - r1 2>&1 <<'EOF' && ok "3x2: loss falls; bytes sent by senders = bytes received by receivers" || no "3x2 loss/bytes check"
+    python3 - r1 2>&1 <<'EOF' && ok "3x2: loss falls; bytes sent by senders = bytes received by receivers; every round's theta hash agrees" || no "3x2 loss/bytes/theta check"
 import json, sys
 d = sys.argv[1]
 rounds = [r for r in map(json.loads, open(f"{d}/run-a/events.jsonl")) if r["event"] == "round"]
@@ -140,6 +140,10 @@ recv = sum(json.load(open(f"{d}/run-{s}/summary.json"))["bytes_recv"] for s in "
 print(f"  loss {rounds[0]['train_loss']:.3f} -> {rounds[-1]['train_loss']:.3f}; sent {sent:.0f} B, received {recv:.0f} B")
 assert sent == recv and sent > 0
 assert all(r["members"] == 3 for r in rounds)
+# every round record carries theta_global's hash, the same on every site
+th = {s: {r["round"]: r.get("theta") for r in map(json.loads, open(f"{d}/run-{s}/events.jsonl"))
+          if r["event"] == "round"} for s in "abc"}
+assert th["a"] == th["b"] == th["c"] and all(len(h or "") == 64 for h in th["a"].values()), th
 EOF
 fi
 
