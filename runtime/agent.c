@@ -541,6 +541,7 @@ static int round_once(agent *a, double *eval, al_err *err) {
     rec.comm_floor = comm_floor;
     rec.outer_lr_scale = a->outer.last.scale;
     rec.outer_mu = a->outer.last.mu;
+    al_outer_hash(&a->outer, rec.theta); /* per round: sites compare their histories */
     al_metrics_add_round(&a->met, &rec, NULL);
     char *line = al_round_record_json(a->name[a->self], &rec);
     log_event_line(a, line);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "al_agent.h"
 #include "al_codec.h"
@@ -145,6 +146,12 @@ typedef struct agent {
 /* agent_hb.c: heartbeats and failure detection. Start after ag_net_start. */
 int ag_hb_start(agent *a, al_err *err);
 void ag_hb_stop(agent *a);
+/* A configured site's index, or -1. */
+static inline int ag_site_id(const agent *a, const char *name) {
+    for (int i = 0; i < a->nsites; i++)
+        if (!strcmp(a->name[i], name)) return i;
+    return -1;
+}
 /* Peer i was heard from (a call of its arrived): it is up. Under a->mu. */
 static inline void ag_heard(agent *a, int i) {
     if (i < 0 || i >= a->nsites) return;

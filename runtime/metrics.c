@@ -295,6 +295,7 @@ static json_t *record_json(const char *site, const al_round_record *r) {
     json_object_set_new(o, "train_loss", num_or_null(r->train_loss));
     json_object_set_new(o, "eval_loss", num_or_null(r->eval_loss));
     json_object_set_new(o, "losses", losses);
+    if (r->theta[0]) json_object_set_new(o, "theta", json_string(r->theta));
     const struct {
         const char *k;
         double v;

@@ -4,11 +4,18 @@
  * connections for a moment. The client must reconnect, ask where to resume,
  * and finish: the server's copy must hash like the sender's (no duplicate,
  * no missing byte), and the bytes sent must show a resume, not a restart.
- * Also: the proxy passes TLS through untouched with latency and jitter.
+ * Also: the proxy passes TLS through untouched with latency and jitter; on
+ * hold (al_wanem_hold, SIGUSR1 in `autoloco wanem`) a connection is cut and
+ * new ones are refused until the hold is released, then accepted again.
  */
 #include "al_test.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "al_codec.h"
@@ -124,6 +131,96 @@ static void test_latency_and_jitter(void **state) {
     push_through(8u << 20, &wc, 0);
 }
 
+/* ---- hold: cut, refuse until released, accept again --------------------------------- */
+
+static int tcp_listen(int *port) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 8), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int tcp_connect(int port) {
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* 1 if fd is readable within ms */
+static int ready(int fd, int ms) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, ms) == 1;
+}
+
+/* A byte sent on one side arrives on the other within 2 s. */
+static void passes(int from, int to) {
+    char c = 'x', got = 0;
+    assert_int_equal(write(from, &c, 1), 1);
+    assert_true(ready(to, 2000));
+    assert_int_equal(read(to, &got, 1), 1);
+    assert_int_equal(got, 'x');
+}
+
+/* The proxy closed fd: a read gives EOF or a reset within 2 s. */
+static void closed(int fd) {
+    char c;
+    assert_true(ready(fd, 2000));
+    ssize_t n = read(fd, &c, 1);
+    assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+}
+
+static void test_hold(void **state) {
+    (void)state;
+    int port, lfd = tcp_listen(&port);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    al_wanem_cfg wc = {.listen = "127.0.0.1:0", .target = target};
+    al_wanem *w;
+    al_err err = {0};
+    if (al_wanem_start(&wc, &w, &err)) fail_msg("%s", err.msg);
+    int c1 = tcp_connect(al_wanem_port(w));
+    assert_true(ready(lfd, 2000));
+    int s1 = accept(lfd, NULL, NULL);
+    passes(c1, s1);
+    passes(s1, c1);
+
+    al_wanem_hold(w, 1); /* the open connection is cut on both sides */
+    closed(c1);
+    closed(s1);
+    for (int i = 0; i < 3; i++) { /* refused (accepted, then reset): nothing reaches the server */
+        int c = tcp_connect(al_wanem_port(w));
+        closed(c);
+        close(c);
+    }
+    assert_false(ready(lfd, 300));
+
+    al_wanem_hold(w, 0); /* accepted and forwarded again */
+    int c2 = tcp_connect(al_wanem_port(w));
+    assert_true(ready(lfd, 2000));
+    int s2 = accept(lfd, NULL, NULL);
+    passes(c2, s2);
+    passes(s2, c2);
+
+    al_wanem_stats st;
+    al_wanem_stats_get(w, &st);
+    print_message("    hold: %d connections, %d cut(s), %d refused\n", st.connections, st.cuts,
+                  st.refused);
+    assert_int_equal(st.connections, 2);
+    assert_int_equal(st.cuts, 1);
+    assert_int_equal(st.refused, 3);
+    al_wanem_stop(w);
+    close(c1), close(s1), close(c2), close(s2), close(lfd);
+}
+
 static void test_bad_config(void **state) {
     (void)state;
     al_wanem *w;
@@ -146,6 +243,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_latency_and_jitter),
         cmocka_unit_test(test_cut_and_resume_256mib),
     };

@@ -9,7 +9,7 @@
  *   faults    cut every connection (RST) at cut_at_s after start, or once
  *             cut_after_bytes have gone client -> server, or on al_wanem_cut;
  *             after a cut, refuse (accept then reset) new connections for
- *             refuse_s seconds
+ *             refuse_s seconds; al_wanem_hold cuts and refuses until released
  *
  * One thread runs a poll loop over every connection; per direction at most
  * 4 MiB is buffered (the reader pauses beyond that), so memory is bounded.
@@ -44,6 +44,9 @@ int al_wanem_start(const al_wanem_cfg *cfg, al_wanem **out, al_err *err);
 int al_wanem_port(const al_wanem *w);
 /* Cut every connection now and refuse new ones for refuse_s seconds. */
 void al_wanem_cut(al_wanem *w, double refuse_s);
+/* on: cut every connection now and refuse new ones until al_wanem_hold(w, 0);
+ * off: accept again (a refuse_s window still running is kept). Any thread. */
+void al_wanem_hold(al_wanem *w, int on);
 void al_wanem_stats_get(al_wanem *w, al_wanem_stats *st);
 void al_wanem_stop(al_wanem *w);
 

@@ -49,6 +49,7 @@ struct al_wanem {
     pthread_t th;
     atomic_int stop;
     atomic_int cut_req; /* a cut asked from another thread */
+    atomic_int hold;    /* al_wanem_hold: refuse every new connection */
     double cut_req_refuse;
     conn conns[MAX_CONNS];
     bucket bk[2];
@@ -112,7 +113,10 @@ static void cut_all(al_wanem *w, double refuse_s, const char *why) {
     pthread_mutex_lock(&w->mu);
     w->st.cuts++;
     pthread_mutex_unlock(&w->mu);
-    if (w->cfg.log)
+    if (w->cfg.log && atomic_load(&w->hold))
+        al_logf(w->cfg.log, AL_LOG_WARN,
+                "wanem: cut %d connection(s) (%s), refusing until released", n, why);
+    else if (w->cfg.log)
         al_logf(w->cfg.log, AL_LOG_WARN, "wanem: cut %d connection(s) (%s), refusing for %.2f s", n,
                 why, refuse_s);
 }
@@ -120,7 +124,7 @@ static void cut_all(al_wanem *w, double refuse_s, const char *why) {
 static void accept_one(al_wanem *w) {
     int fd = accept(w->lfd, NULL, NULL);
     if (fd < 0) return;
-    if (al_now() < w->refuse_until) {
+    if (atomic_load(&w->hold) || al_now() < w->refuse_until) {
         reset_close(fd);
         pthread_mutex_lock(&w->mu);
         w->st.refused++;
@@ -350,6 +354,14 @@ void al_wanem_cut(al_wanem *w, double refuse_s) {
     atomic_store(&w->cut_req, 1);
     if (write(w->wake[1], "c", 1) < 0) {
     }
+}
+
+void al_wanem_hold(al_wanem *w, int on) {
+    atomic_store(&w->hold, on != 0); /* before the cut: nothing gets in between */
+    if (on)
+        al_wanem_cut(w, 0);
+    else if (w->cfg.log)
+        al_logf(w->cfg.log, AL_LOG_WARN, "wanem: accepting connections again");
 }
 
 void al_wanem_stats_get(al_wanem *w, al_wanem_stats *st) {

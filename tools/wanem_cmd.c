@@ -15,7 +15,10 @@ static void usage(FILE *f) {
                "         [--refuse-for S] [--duration S]\n\n"
                "A TCP proxy that limits the rate (per direction), adds latency +- jitter, and\n"
                "cuts every connection (RST) at S seconds or after N bytes client -> server,\n"
-               "then refuses new connections for --refuse-for seconds. TLS passes untouched.\n");
+               "then refuses new connections for --refuse-for seconds. TLS passes untouched.\n\n"
+               "Signals: SIGUSR1 cuts every connection (RST) and refuses new ones (accept,\n"
+               "then RST) until SIGUSR2, which accepts again; SIGINT/SIGTERM stop the proxy\n"
+               "and print its byte and connection counts.\n");
 }
 
 int al_cmd_wanem(int argc, char **argv, al_err *err) {
@@ -69,18 +72,25 @@ int al_cmd_wanem(int argc, char **argv, al_err *err) {
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, &set, NULL); /* the proxy thread inherits the mask */
     al_wanem *w;
     int rc = al_wanem_start(&cfg, &w, err);
     if (rc) return rc;
     printf("wanem: 127.0.0.1:%d -> %s\n", al_wanem_port(w), cfg.target);
     fflush(stdout);
-    struct timespec ts = {(time_t)duration, (long)((duration - (double)(time_t)duration) * 1e9)};
-    int sig;
-    if (duration > 0)
-        sig = sigtimedwait(&set, NULL, &ts);
-    else
-        sigwait(&set, &sig);
+    double end = al_now() + duration;
+    int sig = SIGUSR2;
+    while (sig == SIGUSR1 || sig == SIGUSR2) {
+        if (duration > 0) {
+            double left = AL_MAX(0.0, end - al_now());
+            struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+            sig = sigtimedwait(&set, NULL, &ts);
+        } else if (sigwait(&set, &sig))
+            sig = -1;
+        if (sig == SIGUSR1 || sig == SIGUSR2) al_wanem_hold(w, sig == SIGUSR1);
+    }
     al_wanem_stats st;
     al_wanem_stats_get(w, &st);
     al_wanem_stop(w);

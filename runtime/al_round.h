@@ -1,0 +1,259 @@
+/*
+ * al_round.h -- the round protocol between sites as a pure state machine.
+ *
+ * No sockets, threads, clocks or files: the caller feeds events (a tick with
+ * the time, a peer's status or statistics, the end of the local interval, the
+ * result of the Δ exchange, the candidate's hash, the result of a pull) with
+ * al_round_step, then takes the actions that follow with al_round_ready and
+ * carries them out in order (send a status or statistics, train, exchange,
+ * propose, persist a vote, apply, revert, pull state, adopt it, drop a peer,
+ * log) -- the Ready/Advance loop of etcd's raft package. Every event carries
+ * the time, so M machines run over a simulated network and clock in
+ * tests/test_round.c. It is not yet wired into the agent (runtime/agent*.c).
+ *
+ * The protocol for round r (every site runs the same machine):
+ *   1. After its interval a site sends its statistics for (r, e) to every
+ *      peer; e is the attempt (epoch): 0 at the start of a round, it only
+ *      grows within the round. Members are the live sites whose statistics
+ *      for (r, e) arrived and whose status says the same base (the hash of
+ *      θ_global the round starts from); a site waits for every live peer
+ *      that may still send at most deadline_s. Fewer members than the quorum:
+ *      "no quorum: k of n sites reachable" and a null vote.
+ *   2. The members exchange Δ (AL_ACT_EXCHANGE, answered by
+ *      AL_EV_EXCHANGE_DONE or _FAILED) and compute the outer step into a
+ *      candidate beside θ_global (AL_ACT_PROPOSE, answered by AL_EV_CANDIDATE).
+ *   3. Each site votes once per (r, e), ever: the candidate's hash, or null.
+ *      The vote, and for a hash the candidate it names, are persisted
+ *      (AL_ACT_PERSIST_VOTE, done before the next action) before any status
+ *      carries the vote; a restarted site resumes at the epoch of its
+ *      persisted vote, holding it, and holds the candidate of its round's
+ *      last hash vote until AL_ACT_REVERT or AL_ACT_APPLY (raft's rule: an
+ *      entry is durable before it is acknowledged; without it a round whose
+ *      voters all restarted would be committed with its θ lost).
+ *   4. Round r commits hash h once a quorum of the *configured* sites voted h
+ *      in one (r, e) (majority: n/2 + 1, all: n, any: 1). The site whose vote
+ *      is h applies its candidate (AL_ACT_APPLY: θ_global := candidate, and
+ *      the commit (r + 1, h) is persisted before the next action); any other
+ *      site pulls the state of round r + 1 from a voter (AL_ACT_SYNC, then
+ *      AL_ACT_ADOPT). A peer at a later round proves a commit the same way.
+ *   5. When the votes seen for (r, e) leave no value able to reach the quorum
+ *      (nulls, splits), (r, e) is void: the site reverts its candidate and
+ *      sends its statistics again for (r, e + 1). A peer at a later epoch of
+ *      the same round proves the void.
+ *   6. Only a member can vote for a value (a site votes for its own candidate
+ *      and is a member of its own exchange), so a value's votes can still
+ *      grow only by its unseen members: a member that died before voting does
+ *      not hold the others back once they split their votes.
+ * θ_global is checked at the end of every interval (AL_EV_INTERVAL_DONE's
+ * hash) and with every candidate (AL_EV_CANDIDATE's theta): one that differs
+ * from the committed base was corrupted here (after a null vote when found
+ * with a candidate) and is reloaded from this site's persisted commit
+ * (AL_ACT_RELOAD), or pulled from a peer if that copy is bad too; the
+ * interval is then trained again; a site whose base differs from the one a
+ * majority of the configured sites holds at its round pulls theirs. A pull
+ * is checked against the hash its source announced (the caller's job) and
+ * adopted only if it is at least the round asked for.
+ * Failure detection: a status goes to every peer every heartbeat_s; a peer
+ * not heard for peer_timeout_s is dropped (AL_ACT_DROP); if it was a member
+ * of the exchange in progress, the exchange is aborted and the vote is null.
+ */
+#ifndef AL_ROUND_H
+#define AL_ROUND_H
+
+#include <stdint.h>
+
+#include "al_base.h"
+
+#define AL_ROUND_MAX_SITES   16
+#define AL_ROUND_MAX_ACTIONS (8 * AL_ROUND_MAX_SITES + 32)
+
+/* [round] quorum: how many of the configured sites must vote for a hash.
+ * `any` lets each side of a partition commit its own history (unsafe). */
+#define AL_QUORUMS(X)                                                                              \
+    X(AL_QUORUM_MAJORITY, "majority")                                                              \
+    X(AL_QUORUM_ALL, "all")                                                                        \
+    X(AL_QUORUM_ANY, "any")
+typedef enum {
+#define AL_QUORUM_ENUM(e, s) e,
+    AL_QUORUMS(AL_QUORUM_ENUM)
+#undef AL_QUORUM_ENUM
+} al_quorum;
+int al_quorum_parse(const char *s, al_quorum *q, al_err *err);
+const char *al_quorum_name(al_quorum q);
+/* Votes a commit needs among n configured sites. */
+int al_quorum_size(al_quorum q, int n);
+
+enum { AL_VOTE_NONE = 0, AL_VOTE_NULL = 1, AL_VOTE_HASH = 2 };
+
+typedef struct al_round_hash {
+    uint8_t b[32];
+} al_round_hash;
+
+/* A value voted for: a candidate's hash and the members whose Δ it averages. */
+typedef struct al_round_value {
+    al_round_hash hash;
+    uint32_t members; /* bit i = site i */
+} al_round_value;
+
+/* What a site tells its peers: sent every heartbeat and whenever it votes. */
+typedef struct al_round_status {
+    long round;           /* the round in progress (round - 1 is committed) */
+    uint64_t epoch;       /* the attempt of that round */
+    al_round_hash base;   /* θ_global the round starts from */
+    int vote;             /* AL_VOTE_* for (round, epoch) */
+    al_round_value value; /* of a hash vote */
+} al_round_status;
+
+/* A vote as persisted: the last one a site cast. */
+typedef struct al_round_vote {
+    long round; /* -1: none */
+    uint64_t epoch;
+    int vote;
+    al_round_value value;
+} al_round_vote;
+
+typedef enum {
+    AL_EV_TICK,            /* now */
+    AL_EV_STATUS,          /* peer, st */
+    AL_EV_STATS,           /* peer, round, epoch: its statistics arrived */
+    AL_EV_INTERVAL_DONE,   /* round, hash: of θ_global as it is now */
+    AL_EV_EXCHANGE_DONE,   /* round, epoch */
+    AL_EV_EXCHANGE_FAILED, /* round, epoch, peer (-1: unknown) */
+    AL_EV_CANDIDATE,       /* round, epoch, hash; theta: of θ_global it was computed from */
+    AL_EV_SYNCED,          /* peer, round, hash: the state pulled (verified against hash) */
+    AL_EV_SYNC_FAILED,     /* peer */
+    AL_EV_RELOADED,        /* hash: of θ_global reloaded from this site's persisted commit */
+} al_round_event_type;
+
+typedef struct al_round_event {
+    al_round_event_type type;
+    double now; /* every event carries the time (seconds, any origin) */
+    int peer;
+    long round;
+    uint64_t epoch;
+    al_round_hash hash;
+    al_round_hash theta;
+    al_round_status st;
+} al_round_event;
+
+#define AL_ROUND_ACTIONS(X)                                                                        \
+    X(AL_ACT_SEND_STATUS, "send-status")   /* peer, st: the status as of this action */            \
+    X(AL_ACT_SEND_STATS, "send-stats")     /* peer, round, epoch */                                \
+    X(AL_ACT_TRAIN, "train")               /* round: train the interval */                         \
+    X(AL_ACT_EXCHANGE, "exchange")         /* round, epoch, members */                             \
+    X(AL_ACT_ABORT, "abort")               /* round, epoch: stop the exchange in progress */       \
+    X(AL_ACT_PROPOSE, "propose")           /* round, epoch, members: compute the candidate */      \
+    X(AL_ACT_PERSIST_VOTE, "persist-vote") /* round, epoch, vote, hash, members */                 \
+    X(AL_ACT_APPLY, "apply")               /* round, epoch, hash: commit; persist (round+1, h) */  \
+    X(AL_ACT_REVERT, "revert")             /* round, epoch: drop the candidate, persisted too */   \
+    X(AL_ACT_SYNC, "sync")                 /* peer, round, hash: pull state >= round */            \
+    X(AL_ACT_ADOPT, "adopt")               /* round, hash: the pulled state; persist it */         \
+    X(AL_ACT_RELOAD, "reload")             /* round, hash: reload θ_global from the commit */     \
+    X(AL_ACT_DROP, "drop")                 /* peer: declared dead */                               \
+    X(AL_ACT_LOG, "log")                   /* level, text */
+typedef enum {
+#define AL_ACT_ENUM(e, s) e,
+    AL_ROUND_ACTIONS(AL_ACT_ENUM)
+#undef AL_ACT_ENUM
+} al_round_action_type;
+const char *al_round_action_name(al_round_action_type t);
+
+typedef struct al_round_action {
+    al_round_action_type type;
+    int peer, vote, level; /* level: AL_LOG_* */
+    long round;
+    uint64_t epoch;
+    uint32_t members;
+    al_round_hash hash;
+    al_round_status st; /* AL_ACT_SEND_STATUS: never ahead of the votes persisted before it */
+    al_round_vote rec;  /* AL_ACT_PERSIST_VOTE: the record to persist */
+    char text[160];
+} al_round_action;
+
+typedef struct al_round_cfg {
+    int nsites, self;
+    al_quorum quorum;
+    int min_sites;            /* reachable sites (self included) needed to start training */
+    double heartbeat_s;       /* status to every peer this often */
+    double peer_timeout_s;    /* a peer not heard this long is dead */
+    double deadline_s;        /* longest wait for a live peer's statistics */
+    const char *const *names; /* site names, for log lines (may be NULL) */
+} al_round_cfg;
+
+/* Where a site (re)starts: its persisted commit and its persisted last vote. */
+typedef struct al_round_start {
+    long round;          /* the round after the last committed one */
+    al_round_hash base;  /* θ_global committed by round - 1 */
+    al_round_vote last;  /* last.round = -1: none */
+    long held_round;     /* the candidate persisted with the round's last hash vote: */
+    al_round_value held; /* ... restored with it when held_round == round (-1: none) */
+} al_round_start;
+
+#define AL_ROUND_PHASES(X)                                                                         \
+    X(AL_PH_JOIN, "join")         /* finding the peers */                                          \
+    X(AL_PH_TRAIN, "train")       /* the interval runs */                                          \
+    X(AL_PH_STATS, "stats")       /* waiting for the peers' statistics */                          \
+    X(AL_PH_EXCHANGE, "exchange") /* Δ exchange with the members */                               \
+    X(AL_PH_PROPOSE, "propose")   /* computing the candidate */                                    \
+    X(AL_PH_VOTED, "voted")       /* voted; waiting for the outcome */                             \
+    X(AL_PH_SYNC, "sync")         /* pulling committed state */                                    \
+    X(AL_PH_RELOAD, "reload")     /* reloading θ_global from this site's persisted commit */
+typedef enum {
+#define AL_PH_ENUM(e, s) e,
+    AL_ROUND_PHASES(AL_PH_ENUM)
+#undef AL_PH_ENUM
+} al_round_phase;
+const char *al_round_phase_name(al_round_phase p);
+
+typedef struct al_round_peer {
+    int have;     /* a status was received */
+    int alive;    /* heard within peer_timeout_s */
+    double heard; /* when */
+    al_round_status st;
+    long stats_round; /* the last statistics received: (round, epoch); -1 none */
+    uint64_t stats_epoch;
+} al_round_peer;
+
+typedef struct al_round {
+    al_round_cfg cfg;
+    int q; /* votes a commit needs */
+    al_round_phase phase;
+    long round;
+    uint64_t epoch;
+    al_round_hash base;
+    int vote;             /* for (round, epoch) */
+    al_round_value value; /* of a hash vote */
+    uint32_t members;     /* of the exchange in progress */
+    al_round_value cand;  /* the candidate held, when have_candidate */
+    al_round_vote last;   /* the last vote persisted */
+    int interval_done;    /* this round's statistics are ready */
+    int have_candidate;   /* a candidate is held beside θ_global */
+    double t_start;       /* join started */
+    double t_stats;       /* statistics sent for (round, epoch) */
+    double t_hb;          /* next heartbeat */
+    double t_note;        /* next repeat of a waiting line */
+    double t_sync;        /* next attempt to pick a source */
+    int sync_peer;        /* -1: no pull in flight */
+    uint32_t sync_tried;  /* sources that failed this goal, tried again only after the others */
+    long sync_round;      /* pull goal: a state at sync_round or later, */
+    int sync_check;       /* ... and if at sync_round, with sync_hash */
+    al_round_hash sync_hash;
+    char health[96]; /* "" or "no quorum: 1 of 3 sites reachable" */
+    al_round_peer peer[AL_ROUND_MAX_SITES];
+    al_round_action out[AL_ROUND_MAX_ACTIONS];
+    int nout, lost; /* actions waiting; actions lost to a full queue (a bug) */
+} al_round;
+
+/* Checks cfg (nsites 1..AL_ROUND_MAX_SITES, self, min_sites, timeouts). */
+int al_round_init(al_round *m, const al_round_cfg *cfg, const al_round_start *s, double now,
+                  al_err *err);
+/* Feed one event; the actions it causes queue up for al_round_ready. */
+void al_round_step(al_round *m, const al_round_event *ev);
+/* Take up to max queued actions, oldest first; returns how many. */
+int al_round_ready(al_round *m, al_round_action *out, int max);
+/* This site's status as its peers should see it now. */
+void al_round_status_get(const al_round *m, al_round_status *st);
+/* Live peers + this site. */
+int al_round_reachable(const al_round *m);
+
+#endif

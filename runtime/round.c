@@ -1,0 +1,683 @@
+/* round.c -- the round protocol as a pure state machine (see al_round.h). */
+#include "al_round.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Deliberate bugs, for tests/meson.build's round_bug* binaries only: 1: a commit counts
+ * one vote fewer than the quorum; 2: a restarted site forgets its persisted vote;
+ * 3: an epoch is declared void one vote too early. */
+#ifndef AL_ROUND_BUG
+#define AL_ROUND_BUG 0
+#endif
+
+static const char *const QUORUM_NAMES[] = {
+#define AL_QUORUM_NAME(e, s) s,
+    AL_QUORUMS(AL_QUORUM_NAME)
+#undef AL_QUORUM_NAME
+};
+static const char *const ACTION_NAMES[] = {
+#define AL_ACT_NAME(e, s) s,
+    AL_ROUND_ACTIONS(AL_ACT_NAME)
+#undef AL_ACT_NAME
+};
+static const char *const PHASE_NAMES[] = {
+#define AL_PH_NAME(e, s) s,
+    AL_ROUND_PHASES(AL_PH_NAME)
+#undef AL_PH_NAME
+};
+
+int al_quorum_parse(const char *s, al_quorum *q, al_err *err) {
+    for (size_t i = 0; i < AL_ARRAY_LEN(QUORUM_NAMES); i++)
+        if (s && !strcmp(s, QUORUM_NAMES[i])) {
+            *q = (al_quorum)i;
+            return 0;
+        }
+    return al_errf(err, AL_ECONFIG, "[round] quorum = '%s': expected majority, all or any",
+                   s ? s : "");
+}
+
+const char *al_quorum_name(al_quorum q) {
+    return (unsigned)q < AL_ARRAY_LEN(QUORUM_NAMES) ? QUORUM_NAMES[q] : "?";
+}
+
+int al_quorum_size(al_quorum q, int n) {
+    return q == AL_QUORUM_ALL ? n : q == AL_QUORUM_ANY ? 1 : n / 2 + 1;
+}
+
+const char *al_round_action_name(al_round_action_type t) {
+    return (unsigned)t < AL_ARRAY_LEN(ACTION_NAMES) ? ACTION_NAMES[t] : "?";
+}
+
+const char *al_round_phase_name(al_round_phase p) {
+    return (unsigned)p < AL_ARRAY_LEN(PHASE_NAMES) ? PHASE_NAMES[p] : "?";
+}
+
+/* ---- helpers ------------------------------------------------------------------------ */
+
+static int heq(const al_round_hash *x, const al_round_hash *y) {
+    return !memcmp(x->b, y->b, sizeof x->b);
+}
+
+/* First 8 bytes in hex, for log lines. */
+static const char *hshort(const al_round_hash *h, char buf[17]) {
+    for (int i = 0; i < 8; i++) snprintf(buf + 2 * i, 3, "%02x", h->b[i]);
+    return buf;
+}
+
+static void site_name(const al_round *m, int i, char buf[16]) {
+    if (m->cfg.names)
+        snprintf(buf, 16, "%s", m->cfg.names[i]);
+    else
+        snprintf(buf, 16, "site %d", i);
+}
+
+static al_round_action *emit(al_round *m, al_round_action_type t) {
+    if (m->nout >= AL_ROUND_MAX_ACTIONS) { /* cannot happen with the bound above */
+        m->lost++;
+        m->nout--;
+    }
+    al_round_action *a = &m->out[m->nout++];
+    memset(a, 0, sizeof *a);
+    a->type = t;
+    a->peer = -1;
+    a->round = m->round;
+    a->epoch = m->epoch;
+    return a;
+}
+
+__attribute__((format(printf, 3, 4))) static void note(al_round *m, int level, const char *fmt,
+                                                       ...) {
+    al_round_action *a = emit(m, AL_ACT_LOG);
+    a->level = level;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->text, sizeof a->text, fmt, ap);
+    va_end(ap);
+}
+
+static void to_peers(al_round *m, al_round_action_type t) {
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        if (i == m->cfg.self) continue;
+        al_round_action *a = emit(m, t);
+        a->peer = i;
+        if (t == AL_ACT_SEND_STATUS) al_round_status_get(m, &a->st);
+    }
+}
+
+static int popcount(uint32_t x) {
+    int n = 0;
+    for (; x; x &= x - 1) n++;
+    return n;
+}
+
+static int veq(const al_round_value *x, const al_round_value *y) {
+    return heq(&x->hash, &y->hash) && x->members == y->members;
+}
+
+/* Is status x newer than y? (round, epoch), then a vote over none. */
+static int newer(const al_round_status *x, const al_round_status *y) {
+    if (x->round != y->round) return x->round > y->round;
+    if (x->epoch != y->epoch) return x->epoch > y->epoch;
+    return x->vote != AL_VOTE_NONE || y->vote == AL_VOTE_NONE;
+}
+
+/* Start (round, epoch); never below the epoch of a vote persisted in this round,
+ * and in that epoch holding the vote. Going back to an earlier epoch (after a pull
+ * of this round's state) is safe: a void was proved with every unseen vote counted
+ * as possible. */
+static void enter(al_round *m, long round, uint64_t epoch) {
+    if (AL_ROUND_BUG == 2) m->last.round = -1;
+    if (m->last.round == round && m->last.epoch > epoch) epoch = m->last.epoch;
+    if (round != m->round) m->have_candidate = 0; /* within a round only leave() drops it */
+    m->round = round;
+    m->epoch = epoch;
+    m->vote = AL_VOTE_NONE;
+    m->members = 0;
+    m->health[0] = 0;
+    if (m->last.round == round && m->last.epoch == epoch) {
+        m->vote = m->last.vote;
+        m->value = m->last.value;
+    }
+}
+
+static void cast(al_round *m, int vote, const al_round_value *v) {
+    if (m->vote == AL_VOTE_NONE) { /* one vote per (round, epoch), ever */
+        m->vote = vote;
+        memset(&m->value, 0, sizeof m->value);
+        if (v) m->value = *v;
+        m->last = (al_round_vote){m->round, m->epoch, vote, m->value};
+        al_round_action *a = emit(m, AL_ACT_PERSIST_VOTE);
+        a->vote = vote;
+        a->hash = m->value.hash;
+        a->members = m->value.members;
+        a->rec = m->last;
+    }
+    m->phase = AL_PH_VOTED;
+    to_peers(m, AL_ACT_SEND_STATUS);
+}
+
+/* Leave the exchange of the current (round, epoch), and its candidate unless kept. */
+static void leave(al_round *m, const al_round_value *keep) {
+    if (m->phase == AL_PH_EXCHANGE) emit(m, AL_ACT_ABORT);
+    if (m->have_candidate && !(keep && veq(&m->cand, keep))) {
+        emit(m, AL_ACT_REVERT);
+        m->have_candidate = 0;
+    }
+}
+
+static void train(al_round *m) {
+    m->phase = AL_PH_TRAIN;
+    m->interval_done = 0;
+    emit(m, AL_ACT_TRAIN);
+    to_peers(m, AL_ACT_SEND_STATUS);
+}
+
+/* The interval is done: send the statistics of this (round, epoch). */
+static void start_stats(al_round *m, double now) {
+    m->t_stats = now;
+    m->phase = AL_PH_STATS;
+    to_peers(m, AL_ACT_SEND_STATUS);
+    to_peers(m, AL_ACT_SEND_STATS);
+}
+
+static void next_epoch(al_round *m, uint64_t epoch, double now) {
+    leave(m, NULL);
+    enter(m, m->round, epoch);
+    if (m->interval_done) start_stats(m, now);
+}
+
+/* A live peer holding the pull goal: at sync_round or later, and with sync_hash
+ * if at sync_round when sync_check; the furthest (ties: the lowest id) of those
+ * not tried yet, or of all once each was tried. -1: none. */
+static int sync_source(al_round *m) {
+    for (int pass = 0; pass < 2; pass++) {
+        int best = -1;
+        for (int i = 0; i < m->cfg.nsites; i++) {
+            const al_round_peer *p = &m->peer[i];
+            if (i == m->cfg.self || !p->have || !p->alive || p->st.round < m->sync_round ||
+                (m->sync_tried >> i & 1))
+                continue;
+            if (m->sync_check && p->st.round == m->sync_round && !heq(&p->st.base, &m->sync_hash))
+                continue;
+            if (best < 0 || p->st.round > m->peer[best].st.round) best = i;
+        }
+        if (best >= 0) return best;
+        m->sync_tried = 0;
+    }
+    return -1;
+}
+
+static void try_sync(al_round *m, double now) {
+    if (m->sync_peer >= 0) m->sync_tried |= 1u << m->sync_peer; /* unanswered */
+    m->sync_peer = -1;
+    int src = sync_source(m);
+    if (src < 0) return;
+    char nm[16];
+    site_name(m, src, nm);
+    m->sync_peer = src;
+    m->t_sync = now + m->cfg.deadline_s; /* a pull unanswered by then is tried elsewhere */
+    al_round_action *a = emit(m, AL_ACT_SYNC);
+    a->peer = src;
+    a->round = m->sync_round;
+    a->hash = m->sync_hash;
+    note(m, AL_LOG_INFO, "round %ld: pulling the committed state from %s (its round %ld)", m->round,
+         nm, m->peer[src].st.round);
+}
+
+/* Pull a state at `round` or later; at `round` it must hash to h (NULL: any). */
+static void sync_to(al_round *m, long round, const al_round_hash *h, double now, const char *why) {
+    /* a pull of this round's state keeps the candidate: it may be the one committed */
+    leave(m, round == m->round && m->have_candidate ? &m->cand : NULL);
+    note(m, AL_LOG_WARN, "round %ld: %s", m->round, why);
+    m->phase = AL_PH_SYNC;
+    m->sync_round = round;
+    m->sync_check = h != NULL;
+    m->sync_tried = 0;
+    memset(&m->sync_hash, 0, sizeof m->sync_hash);
+    if (h) m->sync_hash = *h;
+    m->sync_peer = -1;
+    try_sync(m, now);
+}
+
+static void apply(al_round *m, const al_round_hash *h) {
+    al_round_action *a = emit(m, AL_ACT_APPLY);
+    a->hash = *h;
+    a->members = m->cand.members;
+    m->base = *h;
+    m->have_candidate = 0;
+    enter(m, m->round + 1, 0);
+    train(m);
+}
+
+/* ---- deciding --------------------------------------------------------------------- */
+
+/* The votes known for (round, epoch). Only a member votes for a value (a site
+ * votes for its own candidate and is a member of its own exchange), so a value
+ * seen can gain votes only from its unseen members. */
+typedef struct tally {
+    al_round_value best; /* the value with the most votes */
+    int nbest, seen;     /* its votes; votes known, null ones included */
+    int reach;           /* the most votes any value can still reach */
+} tally;
+
+static void count_votes(const al_round *m, tally *t) {
+    al_round_value vs[AL_ROUND_MAX_SITES];
+    int cnt[AL_ROUND_MAX_SITES], nv = 0;
+    uint32_t seen = 0;
+    memset(t, 0, sizeof *t);
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        int me = i == m->cfg.self;
+        int here = me || (p->have && p->st.round == m->round && p->st.epoch == m->epoch);
+        int vote = !here ? AL_VOTE_NONE : me ? m->vote : p->st.vote;
+        if (vote == AL_VOTE_NONE) continue;
+        seen |= 1u << i;
+        if (vote != AL_VOTE_HASH) continue;
+        const al_round_value *v = me ? &m->value : &p->st.value;
+        int k = 0;
+        while (k < nv && !veq(&vs[k], v)) k++;
+        if (k == nv) {
+            vs[nv] = *v;
+            cnt[nv++] = 0;
+        }
+        cnt[k]++;
+    }
+    uint32_t unseen = ~seen & (uint32_t)((1ull << m->cfg.nsites) - 1);
+    t->seen = popcount(seen);
+    t->reach = popcount(unseen); /* a value nobody was seen voting for */
+    for (int k = 0; k < nv; k++) {
+        int r = cnt[k] + popcount(unseen & vs[k].members);
+        if (AL_ROUND_BUG == 3) r = cnt[k] + popcount(unseen) - 1; /* one vote early */
+        if (r > t->reach) t->reach = r;
+        if (cnt[k] > t->nbest) {
+            t->nbest = cnt[k];
+            t->best = vs[k];
+        }
+    }
+}
+
+/* A peer at a later round proves that round m->round was committed. */
+static int follow_ahead(al_round *m, double now) {
+    int ahead = 0;
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->have || !p->alive || p->st.round <= m->round) continue;
+        ahead = 1;
+        if (m->have_candidate && p->st.round == m->round + 1 && heq(&p->st.base, &m->cand.hash)) {
+            apply(m, &m->cand.hash); /* they committed the candidate held here */
+            return 1;
+        }
+    }
+    if (!ahead) return 0;
+    sync_to(m, m->round + 1, NULL, now, "the peers committed it without this site");
+    return 1;
+}
+
+/* A peer at this round in a later epoch proves that this epoch is void: follow it. */
+static void follow_epoch(al_round *m, double now) {
+    int src = -1;
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i != m->cfg.self && p->have && p->st.round == m->round && p->st.epoch > m->epoch &&
+            (src < 0 || p->st.epoch > m->peer[src].st.epoch))
+            src = i;
+    }
+    if (src >= 0) next_epoch(m, m->peer[src].st.epoch, now);
+}
+
+/* A majority of the configured sites holds another base at this round. */
+static int follow_majority_base(al_round *m, double now) {
+    int need = m->cfg.nsites / 2 + 1;
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->have || p->st.round != m->round || heq(&p->st.base, &m->base))
+            continue;
+        int n = 0;
+        for (int j = 0; j < m->cfg.nsites; j++)
+            n += j != m->cfg.self && m->peer[j].have && m->peer[j].st.round == m->round &&
+                 heq(&m->peer[j].st.base, &p->st.base);
+        if (n >= need) {
+            char a[17], b[17];
+            char why[128];
+            snprintf(why, sizeof why, "theta_global %s differs from %s, held by %d of %d sites",
+                     hshort(&m->base, a), hshort(&p->st.base, b), n, m->cfg.nsites);
+            sync_to(m, m->round, &p->st.base, now, why);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void decide_members(al_round *m, double now) {
+    uint32_t mem = 1u << m->cfg.self;
+    int waiting = 0;
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->alive) continue;
+        const al_round_status *s = &p->st;
+        int here = p->have && s->round == m->round && s->epoch == m->epoch;
+        int open = here && heq(&s->base, &m->base) && s->vote == AL_VOTE_NONE;
+        if (open && p->stats_round == m->round && p->stats_epoch == m->epoch)
+            mem |= 1u << i;
+        else if (open || !p->have || s->round < m->round ||
+                 (s->round == m->round && s->epoch < m->epoch))
+            waiting++; /* may still send statistics for (round, epoch) */
+    }
+    if (waiting && now < m->t_stats + m->cfg.deadline_s) return;
+    if (m->vote != AL_VOTE_NONE) { /* voted here before a restart: that vote stands */
+        m->phase = AL_PH_VOTED;
+        return;
+    }
+    m->members = mem;
+    int k = popcount(mem);
+    if (k < m->q) {
+        snprintf(m->health, sizeof m->health, "no quorum: %d of %d sites reachable", k,
+                 m->cfg.nsites);
+        note(m, AL_LOG_WARN, "round %ld: %s (%s needs %d): not committing", m->round, m->health,
+             al_quorum_name(m->cfg.quorum), m->q);
+        cast(m, AL_VOTE_NULL, NULL);
+        return;
+    }
+    m->health[0] = 0;
+    m->phase = AL_PH_EXCHANGE;
+    emit(m, AL_ACT_EXCHANGE)->members = mem;
+}
+
+/* In the exchange: a member that voted, or voted with other members, will not send. */
+static void check_exchange(al_round *m) {
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (!(m->members >> i & 1) || i == m->cfg.self || !p->have) continue;
+        if (p->st.round == m->round && p->st.epoch == m->epoch &&
+            (p->st.vote == AL_VOTE_NULL ||
+             (p->st.vote == AL_VOTE_HASH && p->st.value.members != m->members))) {
+            emit(m, AL_ACT_ABORT);
+            cast(m, AL_VOTE_NULL, NULL);
+            return;
+        }
+    }
+}
+
+static void decide_outcome(al_round *m, double now) {
+    tally t;
+    count_votes(m, &t);
+    if (t.nbest >= m->q - (AL_ROUND_BUG == 1)) { /* (round, epoch) committed t.best */
+        if (m->have_candidate && veq(&m->cand, &t.best)) {
+            apply(m, &t.best.hash);
+        } else if ((m->phase == AL_PH_EXCHANGE && m->members == t.best.members) ||
+                   m->phase == AL_PH_PROPOSE) {
+            return; /* a candidate is on its way: it may be this one */
+        } else {
+            char h[17], why[96];
+            snprintf(why, sizeof why, "a quorum committed %s, not this site's candidate",
+                     hshort(&t.best.hash, h));
+            sync_to(m, m->round + 1, &t.best.hash, now, why);
+        }
+        return;
+    }
+    if (t.seen > 0 && t.reach < m->q) { /* nobody can commit (round, epoch) */
+        note(m, AL_LOG_INFO, "round %ld: attempt %llu cannot reach a quorum (%d votes seen)",
+             m->round, (unsigned long long)m->epoch, t.seen);
+        next_epoch(m, m->epoch + 1, now);
+    }
+}
+
+/* After any event: move on as far as what is known allows. */
+static void advance(al_round *m, double now) {
+    if (m->phase == AL_PH_SYNC) {
+        if (now >= m->t_sync) try_sync(m, now); /* none in flight, or one unanswered */
+        return;
+    }
+    if (follow_ahead(m, now)) return;
+    follow_epoch(m, now);
+    if (follow_majority_base(m, now)) return;
+    if (m->phase == AL_PH_JOIN) {
+        int heard = 0;
+        for (int i = 0; i < m->cfg.nsites; i++) heard += i != m->cfg.self && m->peer[i].have;
+        if (heard < m->cfg.nsites - 1 && now < m->t_start + m->cfg.deadline_s) return;
+        int r = al_round_reachable(m);
+        if (r >= m->cfg.min_sites) {
+            note(m, AL_LOG_INFO, "starting at round %ld (%d of %d sites reachable)", m->round, r,
+                 m->cfg.nsites);
+            train(m);
+        } else if (now >= m->t_note) {
+            note(m, AL_LOG_INFO, "%d of %d sites reachable, waiting for [round] min_sites = %d", r,
+                 m->cfg.nsites, m->cfg.min_sites);
+            m->t_note = now + 10 * m->cfg.heartbeat_s;
+        }
+        return;
+    }
+    if (m->phase == AL_PH_TRAIN || m->phase == AL_PH_RELOAD) return;
+    if (m->phase == AL_PH_STATS) decide_members(m, now);
+    if (m->phase == AL_PH_EXCHANGE) check_exchange(m);
+    if (m->phase >= AL_PH_STATS) decide_outcome(m, now);
+}
+
+/* ---- the interface ------------------------------------------------------------------ */
+
+int al_round_init(al_round *m, const al_round_cfg *cfg, const al_round_start *s, double now,
+                  al_err *err) {
+    memset(m, 0, sizeof *m);
+    if (cfg->nsites < 1 || cfg->nsites > AL_ROUND_MAX_SITES)
+        return al_errf(err, AL_ECONFIG, "round: %d sites configured: need 1 to %d", cfg->nsites,
+                       AL_ROUND_MAX_SITES);
+    if (cfg->self < 0 || cfg->self >= cfg->nsites)
+        return al_errf(err, AL_ECONFIG, "round: this site's index %d is not one of the %d sites",
+                       cfg->self, cfg->nsites);
+    if ((unsigned)cfg->quorum >= AL_ARRAY_LEN(QUORUM_NAMES))
+        return al_errf(err, AL_ECONFIG, "round: quorum %d is not majority, all or any",
+                       (int)cfg->quorum);
+    if (cfg->min_sites < 1 || cfg->min_sites > cfg->nsites)
+        return al_errf(err, AL_ECONFIG, "[round] min_sites = %d: need 1 to %d (the sites)",
+                       cfg->min_sites, cfg->nsites);
+    if (!(cfg->heartbeat_s > 0 && cfg->heartbeat_s < 1e6))
+        return al_errf(err, AL_ECONFIG, "[round] heartbeat_s = %g: need a positive number",
+                       cfg->heartbeat_s);
+    if (!(cfg->peer_timeout_s > cfg->heartbeat_s && cfg->peer_timeout_s < 1e6))
+        return al_errf(err, AL_ECONFIG,
+                       "[round] peer_timeout_s = %g: must exceed heartbeat_s = %g (a live peer "
+                       "would be dropped between two heartbeats)",
+                       cfg->peer_timeout_s, cfg->heartbeat_s);
+    if (!(cfg->deadline_s > 0 && cfg->deadline_s < 1e6))
+        return al_errf(err, AL_ECONFIG, "[round] deadline_s = %g: need a positive number",
+                       cfg->deadline_s);
+    if (s->round < 0)
+        return al_errf(err, AL_EINVAL, "round: start round %ld is negative", s->round);
+    m->cfg = *cfg;
+    m->q = al_quorum_size(cfg->quorum, cfg->nsites);
+    m->base = s->base;
+    m->last = s->last;
+    m->phase = AL_PH_JOIN;
+    m->t_start = now;
+    m->t_hb = now; /* first heartbeat at the first event */
+    m->sync_peer = -1;
+    enter(m, s->round, 0);
+    m->have_candidate = s->held_round == s->round; /* the caller restored it */
+    m->cand = s->held;
+    for (int i = 0; i < cfg->nsites; i++) m->peer[i].stats_round = -1;
+    return 0;
+}
+
+static void on_tick(al_round *m, double now) {
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->alive || now - p->heard <= m->cfg.peer_timeout_s) continue;
+        char nm[16];
+        site_name(m, i, nm);
+        p->alive = 0;
+        emit(m, AL_ACT_DROP)->peer = i;
+        note(m, AL_LOG_WARN, "%s: not heard for %.1f s, dropping it", nm, now - p->heard);
+        if (m->phase == AL_PH_EXCHANGE && (m->members >> i & 1)) {
+            emit(m, AL_ACT_ABORT);
+            cast(m, AL_VOTE_NULL, NULL);
+        }
+        if (m->phase == AL_PH_SYNC && m->sync_peer == i) {
+            m->sync_peer = -1;
+            m->t_sync = now;
+        }
+    }
+}
+
+static void heard(al_round *m, int j, double now) {
+    al_round_peer *p = &m->peer[j];
+    if (!p->alive && p->have) {
+        char nm[16];
+        site_name(m, j, nm);
+        note(m, AL_LOG_INFO, "%s is back", nm);
+    }
+    p->alive = 1;
+    p->heard = now;
+}
+
+/* θ_global hashes to h: if that is not the committed base, reload it from the
+ * persisted commit (on_reloaded pulls it from a peer if that copy is bad too). */
+static int corrupted(al_round *m, const al_round_hash *h) {
+    if (heq(h, &m->base)) return 0;
+    char a[17], b[17];
+    note(m, AL_LOG_WARN,
+         "round %ld: theta_global hashes to %s, not the committed %s: corrupted here, reloading",
+         m->round, hshort(h, a), hshort(&m->base, b));
+    leave(m, m->have_candidate ? &m->cand : NULL); /* the candidate may be the committed one */
+    m->phase = AL_PH_RELOAD;
+    m->interval_done = 0; /* trained from a bad θ_global, perhaps: train again */
+    emit(m, AL_ACT_RELOAD)->hash = m->base;
+    return 1;
+}
+
+static void on_reloaded(al_round *m, const al_round_event *ev, double now) {
+    if (m->phase != AL_PH_RELOAD) return;
+    if (heq(&ev->hash, &m->base)) {
+        note(m, AL_LOG_INFO, "round %ld: theta_global reloaded; training the interval again",
+             m->round);
+        train(m);
+        return;
+    }
+    sync_to(m, m->round, &m->base, now, "the persisted theta_global is corrupted too");
+}
+
+static void on_interval_done(al_round *m, const al_round_event *ev, double now) {
+    if (m->phase != AL_PH_TRAIN || ev->round != m->round) return;
+    m->interval_done = 1;
+    if (!corrupted(m, &ev->hash)) start_stats(m, now);
+}
+
+static void on_candidate(al_round *m, const al_round_event *ev) {
+    if (heq(&ev->theta, &m->base)) {
+        m->have_candidate = 1;
+        m->cand = (al_round_value){ev->hash, m->members};
+        cast(m, AL_VOTE_HASH, &m->cand);
+        return;
+    }
+    cast(m, AL_VOTE_NULL, NULL); /* a candidate from a corrupted θ_global */
+    corrupted(m, &ev->theta);
+}
+
+static void on_synced(al_round *m, const al_round_event *ev) {
+    if (m->phase != AL_PH_SYNC || ev->peer != m->sync_peer) return;
+    m->sync_tried |= 1u << m->sync_peer;
+    m->sync_peer = -1;
+    if (ev->round < m->sync_round ||
+        (m->sync_check && ev->round == m->sync_round && !heq(&ev->hash, &m->sync_hash))) {
+        m->t_sync = ev->now + m->cfg.heartbeat_s; /* not what was asked for: ask again */
+        return;
+    }
+    if (ev->round != m->round && m->have_candidate) emit(m, AL_ACT_REVERT); /* superseded */
+    al_round_action *a = emit(m, AL_ACT_ADOPT);
+    a->round = ev->round;
+    a->hash = ev->hash;
+    m->base = ev->hash;
+    enter(m, ev->round, 0);
+    note(m, AL_LOG_INFO, "synced: now at round %ld", m->round);
+    train(m);
+}
+
+void al_round_step(al_round *m, const al_round_event *ev) {
+    double now = ev->now;
+    int j = ev->peer;
+    int from_peer = j >= 0 && j < m->cfg.nsites && j != m->cfg.self;
+    int here = ev->round == m->round && ev->epoch == m->epoch;
+    switch (ev->type) {
+    case AL_EV_TICK:
+        on_tick(m, now);
+        break;
+    case AL_EV_STATUS:
+        if (!from_peer) break;
+        heard(m, j, now);
+        if (!m->peer[j].have || newer(&ev->st, &m->peer[j].st)) m->peer[j].st = ev->st;
+        m->peer[j].have = 1;
+        break;
+    case AL_EV_STATS:
+        if (!from_peer) break;
+        heard(m, j, now);
+        if (ev->round > m->peer[j].stats_round ||
+            (ev->round == m->peer[j].stats_round && ev->epoch > m->peer[j].stats_epoch)) {
+            m->peer[j].stats_round = ev->round;
+            m->peer[j].stats_epoch = ev->epoch;
+        }
+        break;
+    case AL_EV_INTERVAL_DONE:
+        on_interval_done(m, ev, now);
+        break;
+    case AL_EV_EXCHANGE_DONE:
+        if (m->phase != AL_PH_EXCHANGE || !here) break;
+        m->phase = AL_PH_PROPOSE;
+        emit(m, AL_ACT_PROPOSE)->members = m->members;
+        break;
+    case AL_EV_EXCHANGE_FAILED:
+        if (m->phase != AL_PH_EXCHANGE || !here) break;
+        if (from_peer) {
+            char nm[16];
+            site_name(m, j, nm);
+            note(m, AL_LOG_WARN, "round %ld: the exchange with %s failed: voting null", m->round,
+                 nm);
+        }
+        cast(m, AL_VOTE_NULL, NULL);
+        break;
+    case AL_EV_CANDIDATE:
+        if (m->phase == AL_PH_PROPOSE && here) on_candidate(m, ev);
+        break;
+    case AL_EV_RELOADED:
+        on_reloaded(m, ev, now);
+        break;
+    case AL_EV_SYNCED:
+        on_synced(m, ev);
+        break;
+    case AL_EV_SYNC_FAILED:
+        if (m->phase != AL_PH_SYNC || ev->peer != m->sync_peer) break;
+        m->sync_tried |= 1u << m->sync_peer;
+        m->sync_peer = -1;
+        m->t_sync = now + m->cfg.heartbeat_s;
+        break;
+    }
+    advance(m, now);
+    if (now >= m->t_hb) {
+        m->t_hb = now + m->cfg.heartbeat_s;
+        to_peers(m, AL_ACT_SEND_STATUS);
+        if (m->phase >= AL_PH_STATS && m->phase <= AL_PH_VOTED) to_peers(m, AL_ACT_SEND_STATS);
+    }
+}
+
+int al_round_ready(al_round *m, al_round_action *out, int max) {
+    int n = m->nout < max ? m->nout : max;
+    memcpy(out, m->out, (size_t)n * sizeof *out);
+    memmove(m->out, m->out + n, (size_t)(m->nout - n) * sizeof *out);
+    m->nout -= n;
+    return n;
+}
+
+void al_round_status_get(const al_round *m, al_round_status *st) {
+    memset(st, 0, sizeof *st);
+    st->round = m->round;
+    st->epoch = m->epoch;
+    st->base = m->base;
+    st->vote = m->vote;
+    st->value = m->value;
+}
+
+int al_round_reachable(const al_round *m) {
+    int n = 1;
+    for (int i = 0; i < m->cfg.nsites; i++) n += i != m->cfg.self && m->peer[i].alive;
+    return n;
+}

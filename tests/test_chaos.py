@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""test_chaos.py CHAOS -- the checks behind tools/chaos (issue 13), on crafted
+input: the round log line parser (only the site's own commit lines, eval
+suffix, other lines ignored), the fork finder (a round two sites committed
+with different theta, or one site twice across a restart, is a fork; equal
+hashes are not), the ALOUTER1 theta hash (header skipped, momentum not
+hashed, another file refused), and bad command lines (exit 2, one message).
+The soak itself runs real agents for minutes: docs/results/reliability.md.
+"""
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+CHAOS = sys.argv[1]
+loader = importlib.machinery.SourceFileLoader("chaos", CHAOS)
+spec = importlib.util.spec_from_loader("chaos", loader)
+ch = importlib.util.module_from_spec(spec)
+loader.exec_module(ch)
+
+passed = failed = 0
+
+
+def check(what, cond, detail=""):
+    global passed, failed
+    print(("ok: " if cond else "FAIL: ") + what + (f"  [{detail}]" if detail else ""))
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+
+
+log = """[info] site a: 2 workers forked once (process threads: 1)
+[info] site a | round 0 | step 100 | H 100 -> 100 | sites 3 | loss 4.1234 | sent 6700 B | theta 0123456789ab
+[warn] round 1: c unreachable, leaving it out: grpc PushStats -> c: UNAVAILABLE
+[info] site b | round 1 | step 200 | H 100 -> 100 | sites 2 | loss 3.0 | sent 1 B | theta ffffffffffff
+[info] site a | round 1 | step 200 | H 100 -> 100 | sites 2 | loss 3.5000 (eval) | sent 67 B | theta abcdefabcdef
+[info] site a: saved checkpoint /x/run-a/step-00000200 (round 2, step 200)
+"""
+rows = ch.parse_rounds(log, "a")
+check("parse_rounds: the site's own commits, in order",
+      rows == [(0, 100, 3, "0123456789ab"), (1, 200, 2, "abcdefabcdef")], rows)
+
+same = {"a": [(0, 100, 3, "h0"), (1, 200, 3, "h1")], "b": [(0, 100, 3, "h0"), (1, 200, 3, "h1")],
+        "c": [(1, 200, 3, "h1")]}
+check("find_forks: equal hashes are no fork", ch.find_forks(same) == {})
+check("shared_rounds counts rounds committed more than once", ch.shared_rounds(same) == 2)
+split = {"a": [(5, 500, 1, "aa")], "b": [(5, 500, 2, "bb")], "c": [(5, 500, 2, "bb")]}
+check("find_forks: {a} | {b, c} committing round 5 apart is a fork",
+      ch.find_forks(split) == {5: {"aa": ["a(1)"], "bb": ["b(2)", "c(2)"]}}, ch.find_forks(split))
+again = {"a": [(7, 700, 3, "x"), (7, 700, 3, "y")], "b": [], "c": []}
+check("find_forks: one site committing a round twice with another theta is a fork",
+      list(ch.find_forks(again)) == [7])
+
+with tempfile.TemporaryDirectory() as d:
+    theta = struct.pack("<3f", 1.0, -2.0, 0.5)
+    blob = b"ALOUTER1" + struct.pack("<IIQq3d", 1, 1, 3, 9, 0.7, 0.9, 100.0) + theta
+    blob += struct.pack("<3f", 7, 7, 7) + b"0" * 64  # momentum, trailer
+    p = os.path.join(d, "outer.bin")
+    open(p, "wb").write(blob)
+    check("outer_theta_hash: SHA-256 of theta only",
+          ch.outer_theta_hash(p) == hashlib.sha256(theta).hexdigest())
+    open(p, "wb").write(b"NOTOUTER" + blob[8:])
+    try:
+        ch.outer_theta_hash(p)
+        check("outer_theta_hash refuses another file", False)
+    except ValueError as e:
+        check("outer_theta_hash refuses another file", "not an ALOUTER1" in str(e), e)
+
+for argv, want in [(["--minutes", "0"], "must be > 0"), (["--bin", "/nonexistent"], "not an executable"),
+                   (["--pace", "x"], "invalid float")]:
+    r = subprocess.run([sys.executable, CHAOS] + argv, capture_output=True, text=True)
+    check("bad command line %s: exit 2 naming it" % argv, r.returncode == 2 and want in r.stderr,
+          r.stderr.strip().splitlines()[-1:])
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,821 @@
+/* test_round.c -- the round state machine (runtime/round.c): its configuration
+ * checks, a few direct cases, and a deterministic simulation: M sites, each
+ * running the machine, over the simulated network of round_simnet.c that
+ * drops, delays, duplicates, reorders and partitions messages, with crashes
+ * (also between two actions of one step), restarts from the persisted commit
+ * and vote, and corrupted θ. θ is a hash: the candidate of round r from base b
+ * with members S is mix(b, r, S). After every event the invariants are checked:
+ *   (a) no two sites commit different hashes for one round;
+ *   (b) every commit had a quorum of votes for its hash in one (round, epoch);
+ *   (d) no site votes twice in one (round, epoch); a site applies only the
+ *       candidate it computed and adopts only what it pulled;
+ *   (m) while partitioned, a side smaller than the quorum commits no new round;
+ *   (t) a peer silent for peer_timeout_s is dropped within peer_timeout_s + 1 s;
+ * and at the end of each schedule (after the faults stop):
+ *   (c) all sites were together at a round >= 3 past the one at the heal, on
+ *       the same base, and no corrupted θ is left. With AL_ROUND_DEAD=1, the
+ *       majority schedules keep one site down for good from the heal on and
+ *       the others must go on without it (a known limit: see ARCHITECTURE.md).
+ *       AL_ROUND_KEEP_GOING=1 counts failures instead of stopping at one.
+ * AL_ROUND_SCHEDULES sets the number of schedules (default 10000: seeds 0..9999,
+ * configuration = seed mod 3), AL_ROUND_FIRST_SEED the first seed; `--seed N`
+ * replays one schedule with every event and log line printed. */
+#include "al_test.h"
+
+#include <string.h>
+
+#include "al_round.h"
+#include "round_simnet.h"
+
+#define MAXR 2048
+
+static const char *prog = "test_round"; /* for the replay line */
+#define TICK_S 0.5
+
+enum { F_PARTITION, F_HEAL, F_CRASH, F_CRASH_MID, F_CORRUPT, F_CUT, F_UNCUT, F_NFAULTS };
+
+static al_round_hash hmk(uint64_t x) {
+    al_round_hash h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.b, &x, sizeof x);
+    return h;
+}
+static uint64_t hval(const al_round_hash *h) {
+    uint64_t x;
+    memcpy(&x, h->b, sizeof x);
+    return x;
+}
+static int heq(const al_round_hash *x, const al_round_hash *y) {
+    return !memcmp(x, y, sizeof *x);
+}
+static uint64_t mix(uint64_t a, uint64_t b) { /* splitmix64's finaliser over a and b */
+    uint64_t z = a ^ (b + 0x9e3779b97f4a7c15ull + (a << 6) + (a >> 2));
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+#define GENESIS 0x67656e65736973ull
+
+typedef struct site {
+    al_round m;
+    int up, inc, crash_mid; /* crash_mid >= 0: crash before that many more actions */
+    al_round_start disk;    /* what survives a crash */
+    al_round_hash theta, pulled;
+    int cand_ok;
+    long cand_round;
+    al_round_hash cand;
+    int xch; /* exchange intent (round, epoch, members) since xt0 */
+    long xr;
+    uint64_t xe;
+    uint32_t xm;
+    double xt0;
+    long train_seq;
+    double heard[AL_ROUND_MAX_SITES]; /* last message from each peer */
+} site;
+
+typedef struct vote_rec {
+    int site, vote;
+    long round;
+    uint64_t epoch;
+    al_round_hash h;
+} vote_rec;
+
+typedef struct counts {
+    long schedules, events, commits, adopts, repairs, crashes, partitions, corrupts, drops;
+    long reloads;
+    long sent, lost, dups;
+    uint64_t max_epoch;
+} counts;
+
+typedef struct world {
+    uint64_t seed;
+    int n, q, verbose, failed, quiesced, partitioned;
+    int dead;                  /* a site down for good from the heal on (majority only), -1: none */
+    int dead_mode, keep_going; /* AL_ROUND_DEAD, AL_ROUND_KEEP_GOING */
+    al_round_cfg cfg;
+    al_rng rng;
+    sn_net net;
+    sn_heap heap;
+    sn_trace trace;
+    double now, t_quiesce, t_end;
+    site s[AL_ROUND_MAX_SITES];
+    uint8_t has[MAXR];
+    al_round_hash committed[MAXR];
+    vote_rec *votes;
+    int nvotes, capvotes;
+    long cap[2];                /* per side of a partition: the highest round it may reach */
+    long r_quiesce, conv_round; /* at the heal; the highest round all shared since */
+    counts c;
+    char why[320];
+} world;
+
+__attribute__((format(printf, 2, 3))) static void fail_inv(world *w, const char *fmt, ...) {
+    if (w->failed) return;
+    w->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->why, sizeof w->why, fmt, ap);
+    va_end(ap);
+}
+
+static void trace(world *w, int site, int what, long a, long b, long c) {
+    sn_trace_add(&w->trace, w->now, site, what, a, b, c);
+    if (w->verbose) sn_trace_print(&w->trace, 1);
+}
+
+/* ---- the ledger: votes and commits seen by the whole simulation ------------------- */
+
+static void record_vote(world *w, int i, const al_round_action *a) {
+    for (int k = 0; k < w->nvotes; k++) {
+        const vote_rec *v = &w->votes[k];
+        if (v->site != i || v->round != a->round || v->epoch != a->epoch) continue;
+        if (v->vote != a->vote || !heq(&v->h, &a->hash))
+            fail_inv(w, "(d) site %d voted twice in round %ld epoch %llu", i, a->round,
+                     (unsigned long long)a->epoch);
+        return;
+    }
+    if (w->nvotes == w->capvotes) {
+        w->capvotes = w->capvotes ? 2 * w->capvotes : 1024;
+        w->votes = realloc(w->votes, (size_t)w->capvotes * sizeof *w->votes);
+        assert_non_null(w->votes);
+    }
+    w->votes[w->nvotes++] = (vote_rec){i, a->vote, a->round, a->epoch, a->hash};
+    if (a->epoch > w->c.max_epoch) w->c.max_epoch = a->epoch;
+}
+
+/* The most votes for h in one epoch of round r. */
+static int votes_for(const world *w, long r, const al_round_hash *h) {
+    int best = 0;
+    for (int k = 0; k < w->nvotes; k++) {
+        const vote_rec *v = &w->votes[k];
+        if (v->round != r || v->vote != AL_VOTE_HASH || !heq(&v->h, h)) continue;
+        int n = 0;
+        for (int j = 0; j < w->nvotes; j++)
+            n += w->votes[j].round == r && w->votes[j].epoch == v->epoch &&
+                 w->votes[j].vote == AL_VOTE_HASH && heq(&w->votes[j].h, h);
+        if (n > best) best = n;
+    }
+    return best;
+}
+
+static int side_size(const world *w, int g) {
+    int n = 0;
+    for (int i = 0; i < w->n; i++) n += w->net.group[i] == g;
+    return n;
+}
+
+/* Site i now holds round r committed as h and is at round `now_round`. */
+static void commit(world *w, int i, long r, const al_round_hash *h, long now_round) {
+    if (r < 0 || r >= MAXR) return fail_inv(w, "round %ld out of the ledger", r);
+    if (w->has[r] && !heq(&w->committed[r], h))
+        return fail_inv(w, "(a) site %d committed round %ld as %016llx, others as %016llx", i, r,
+                        (unsigned long long)hval(h), (unsigned long long)hval(&w->committed[r]));
+    w->has[r] = 1;
+    w->committed[r] = *h;
+    int k = votes_for(w, r, h);
+    if (k < w->q)
+        return fail_inv(w, "(b) site %d committed round %ld as %016llx with %d votes, quorum %d", i,
+                        r, (unsigned long long)hval(h), k, w->q);
+    int g = w->net.group[i];
+    if (w->partitioned && side_size(w, g) < w->q && now_round > w->cap[g])
+        fail_inv(w, "(m) site %d on a side of %d (quorum %d) reached round %ld, past %ld", i,
+                 side_size(w, g), w->q, now_round, w->cap[g]);
+}
+
+/* ---- carrying out a site's actions --------------------------------------------------- */
+
+static void push(world *w, int kind, int i, double dt, sn_event e) {
+    e.kind = kind;
+    e.site = i;
+    e.inc = w->s[i].inc;
+    e.t = w->now + dt;
+    sn_push(&w->heap, &e);
+}
+
+static void crash(world *w, int i, double down) {
+    site *s = &w->s[i];
+    s->up = 0;
+    s->inc++;
+    s->xch = s->cand_ok = 0;
+    s->crash_mid = -1;
+    w->c.crashes++;
+    trace(w, i, SN_FAULT, F_CRASH, (long)(down * 1000), 0);
+    push(w, SN_RESTART, i, down, (sn_event){0});
+}
+
+static void act(world *w, int i, const al_round_action *a) {
+    site *s = &w->s[i];
+    sn_event e = {0};
+    if (a->type != AL_ACT_SEND_STATUS && a->type != AL_ACT_SEND_STATS && a->type != AL_ACT_LOG)
+        trace(w, i, SN_NKINDS + (int)a->type, a->peer, a->round, (long)a->epoch);
+    switch (a->type) {
+    case AL_ACT_SEND_STATUS:
+    case AL_ACT_SEND_STATS:
+        e.kind = a->type == AL_ACT_SEND_STATUS ? SN_STATUS : SN_STATS;
+        e.site = a->peer;
+        e.from = i;
+        e.st = a->st;
+        e.round = a->round;
+        e.epoch = a->epoch;
+        sn_send(&w->net, &w->heap, w->now, e);
+        break;
+    case AL_ACT_TRAIN:
+        e.n = ++s->train_seq;
+        e.round = a->round;
+        push(w, SN_TRAINED, i, sn_uniform(&w->rng, 1.0, 2.5), e);
+        break;
+    case AL_ACT_EXCHANGE:
+        s->xch = 1;
+        s->xr = a->round;
+        s->xe = a->epoch;
+        s->xm = a->members;
+        s->xt0 = w->now;
+        e.round = a->round;
+        e.epoch = a->epoch;
+        e.members = a->members;
+        push(w, SN_XCHECK, i, sn_uniform(&w->rng, 0.2, 0.6), e);
+        break;
+    case AL_ACT_ABORT:
+        s->xch = 0;
+        break;
+    case AL_ACT_PROPOSE:
+        e.round = a->round;
+        e.epoch = a->epoch;
+        e.hash = hmk(mix(mix(hval(&s->theta), (uint64_t)a->round), a->members));
+        e.st.base = s->theta; /* the θ_global it was computed from */
+        push(w, SN_CAND, i, sn_uniform(&w->rng, 0.05, 0.3), e);
+        break;
+    case AL_ACT_PERSIST_VOTE:
+        record_vote(w, i, a);
+        s->disk.last = a->rec;
+        if (a->vote == AL_VOTE_HASH) { /* its candidate is persisted with it */
+            s->disk.held_round = a->round;
+            s->disk.held = a->rec.value;
+        }
+        break;
+    case AL_ACT_APPLY:
+        if (!s->cand_ok || s->cand_round != a->round || !heq(&s->cand, &a->hash))
+            return fail_inv(w, "(d) site %d applied %016llx in round %ld, not its candidate", i,
+                            (unsigned long long)hval(&a->hash), a->round);
+        s->theta = a->hash;
+        s->disk.round = a->round + 1;
+        s->disk.base = a->hash;
+        w->c.commits++;
+        commit(w, i, a->round, &a->hash, a->round + 1);
+        break;
+    case AL_ACT_REVERT:
+        s->cand_ok = 0;
+        s->disk.held_round = -1;
+        break;
+    case AL_ACT_SYNC:
+        e.from = a->peer;
+        push(w, SN_SYNCED, i, sn_uniform(&w->rng, 0.1, 0.8), e);
+        break;
+    case AL_ACT_ADOPT:
+        if (!heq(&a->hash, &s->pulled))
+            return fail_inv(w, "(d) site %d adopted a state it did not pull", i);
+        w->c.adopts++;
+        w->c.repairs += a->round == s->disk.round;
+        s->theta = a->hash;
+        s->disk.round = a->round;
+        s->disk.base = a->hash;
+        if (a->round > 0) commit(w, i, a->round - 1, &a->hash, a->round);
+        break;
+    case AL_ACT_RELOAD: /* the persisted commit, unless the disk copy is bad too (1 in 4) */
+        e.hash = al_rng_below(&w->rng, 4) ? s->disk.base : hmk(mix(hval(&s->disk.base), 0xd15c));
+        push(w, SN_RELOADED, i, sn_uniform(&w->rng, 0.1, 0.3), e);
+        break;
+    case AL_ACT_DROP:
+        w->c.drops++;
+        break;
+    case AL_ACT_LOG:
+        if (w->verbose) printf("    t=%8.3f site %d log: %s\n", w->now, i, a->text);
+        break;
+    }
+}
+
+static void feed(world *w, int i, al_round_event ev) {
+    site *s = &w->s[i];
+    al_round_action acts[AL_ROUND_MAX_ACTIONS];
+    ev.now = w->now;
+    al_round_step(&s->m, &ev);
+    if (s->m.lost) fail_inv(w, "site %d lost %d actions to a full queue", i, s->m.lost);
+    int n = al_round_ready(&s->m, acts, AL_ROUND_MAX_ACTIONS);
+    for (int k = 0; k < n && !w->failed; k++) {
+        if (s->crash_mid == 0) return crash(w, i, sn_uniform(&w->rng, 0.5, 10));
+        if (s->crash_mid > 0) s->crash_mid--;
+        act(w, i, &acts[k]);
+    }
+}
+
+static void start_site(world *w, int i) {
+    site *s = &w->s[i];
+    al_round_cfg cfg = w->cfg;
+    cfg.self = i;
+    al_err err;
+    if (al_round_init(&s->m, &cfg, &s->disk, w->now, &err))
+        return fail_inv(w, "site %d could not restart: %s", i, err.msg);
+    s->up = 1;
+    s->crash_mid = -1;
+    s->theta = s->disk.base; /* θ_global as persisted with the commit */
+    s->cand_ok = s->disk.held_round == s->disk.round;
+    s->cand_round = s->disk.held_round;
+    s->cand = s->disk.held.hash;
+    for (int j = 0; j < w->n; j++) s->heard[j] = w->now;
+}
+
+/* ---- the simulated world's events ----------------------------------------------------- */
+
+static void exchange_check(world *w, const sn_event *e) {
+    site *s = &w->s[e->site];
+    if (!s->xch || s->xr != e->round || s->xe != e->epoch || s->xm != e->members) return;
+    int fail = -1, pending = 0;
+    for (int j = 0; j < w->n && fail < 0; j++) {
+        const site *p = &w->s[j];
+        if (j == e->site || !(e->members >> j & 1)) continue;
+        if (!p->up || !sn_link_up(&w->net, e->site, j)) {
+            fail = j;
+        } else if (!(p->xch && p->xr == e->round && p->xe == e->epoch && p->xm == e->members)) {
+            long r = p->m.round;
+            uint64_t ep = p->m.epoch;
+            if (r < e->round || (r == e->round && ep < e->epoch) ||
+                (r == e->round && ep == e->epoch && p->m.phase <= AL_PH_STATS))
+                pending = 1; /* not there yet */
+            else
+                fail = j;
+        }
+    }
+    al_round_event ev = {.round = e->round, .epoch = e->epoch, .peer = fail};
+    if (fail < 0 && pending && w->now < s->xt0 + w->cfg.deadline_s) {
+        push(w, SN_XCHECK, e->site, 0.3, *e);
+        return;
+    }
+    ev.type = fail < 0 && !pending ? AL_EV_EXCHANGE_DONE : AL_EV_EXCHANGE_FAILED;
+    if (ev.type == AL_EV_EXCHANGE_FAILED) s->xch = 0;
+    feed(w, e->site, ev);
+}
+
+static void sync_answer(world *w, const sn_event *e) {
+    int i = e->site, p = e->from;
+    const site *src = &w->s[p];
+    al_round_event ev = {.type = AL_EV_SYNC_FAILED, .peer = p};
+    /* the source serves its committed state; the puller checks it hashes to what the
+     * source announces (a corrupted θ does not) */
+    if (src->up && sn_link_up(&w->net, i, p) && heq(&src->theta, &src->m.base)) {
+        ev.type = AL_EV_SYNCED;
+        ev.round = src->m.round;
+        ev.hash = src->m.base;
+        w->s[i].pulled = ev.hash;
+    }
+    feed(w, i, ev);
+}
+
+static void recompute_caps(world *w) {
+    w->cap[0] = w->cap[1] = 0;
+    for (int i = 0; i < w->n; i++) {
+        long r = w->s[i].up ? w->s[i].m.round : w->s[i].disk.round;
+        int g = w->net.group[i];
+        if (r + 1 > w->cap[g]) w->cap[g] = r + 1;
+    }
+}
+
+static void fault(world *w, const sn_event *e) {
+    site *s = &w->s[e->a];
+    trace(w, e->a, SN_FAULT, e->fault, e->b, 0);
+    switch (e->fault) {
+    case F_PARTITION: {
+        int n0 = 0;
+        for (int i = 0; i < w->n; i++) n0 += !(w->net.group[i] = (int)al_rng_below(&w->rng, 2));
+        if (n0 == 0 || n0 == w->n) w->net.group[e->a] ^= 1;
+        w->partitioned = 1;
+        w->c.partitions++;
+        recompute_caps(w);
+        break;
+    }
+    case F_HEAL:
+        memset(w->net.group, 0, sizeof w->net.group);
+        w->partitioned = 0;
+        break;
+    case F_CRASH:
+        if (s->up) crash(w, e->a, e->dur);
+        break;
+    case F_CRASH_MID:
+        if (s->up) s->crash_mid = (int)al_rng_below(&w->rng, 12);
+        break;
+    case F_CORRUPT: { /* one site at a time: a good copy must exist somewhere to pull */
+        int bad = 0;
+        for (int i = 0; i < w->n; i++) bad += w->s[i].up && !heq(&w->s[i].theta, &w->s[i].m.base);
+        if (s->up && !bad)
+            s->theta = hmk(mix(hval(&s->theta), 0xbadull + (uint64_t)w->c.corrupts++));
+        break;
+    }
+    case F_CUT:
+    case F_UNCUT:
+        w->net.cut[e->a][e->b] = w->net.cut[e->b][e->a] = e->fault == F_CUT;
+        break;
+    }
+}
+
+static void quiesce(world *w) {
+    w->quiesced = 1;
+    w->partitioned = 0;
+    memset(w->net.group, 0, sizeof w->net.group);
+    memset(w->net.cut, 0, sizeof w->net.cut);
+    w->net.drop = 0;
+    for (int i = 0; i < w->n; i++) {
+        w->s[i].crash_mid = -1;
+        if (i == w->dead && w->s[i].up) crash(w, i, 1e9);
+        if (i != w->dead && !w->s[i].up) start_site(w, i);
+    }
+    w->r_quiesce = 0;
+    for (int i = 0; i < w->n; i++)
+        if (w->s[i].m.round > w->r_quiesce) w->r_quiesce = w->s[i].m.round;
+}
+
+static void dispatch(world *w, const sn_event *e) {
+    site *s = &w->s[e->site];
+    int mine = s->up && e->inc == s->inc; /* a local event of this incarnation */
+    if (e->kind != SN_TICK && e->kind != SN_STATUS && e->kind != SN_STATS)
+        trace(w, e->site, e->kind, e->from, e->round, (long)e->epoch);
+    switch (e->kind) {
+    case SN_STATUS:
+    case SN_STATS:
+        if (!s->up || !sn_link_up(&w->net, e->from, e->site)) break; /* lost in the partition */
+        s->heard[e->from] = w->now;
+        feed(w, e->site,
+             (al_round_event){.type = e->kind == SN_STATUS ? AL_EV_STATUS : AL_EV_STATS,
+                              .peer = e->from,
+                              .round = e->round,
+                              .epoch = e->epoch,
+                              .st = e->st});
+        break;
+    case SN_TICK:
+        if (s->up) feed(w, e->site, (al_round_event){.type = AL_EV_TICK});
+        push(w, SN_TICK, e->site, TICK_S, (sn_event){0});
+        break;
+    case SN_TRAINED:
+        if (mine && e->n == s->train_seq)
+            feed(
+                w, e->site,
+                (al_round_event){.type = AL_EV_INTERVAL_DONE, .round = e->round, .hash = s->theta});
+        break;
+    case SN_XCHECK:
+        if (mine) exchange_check(w, e);
+        break;
+    case SN_CAND:
+        if (!mine) break;
+        s->cand_ok = 1;
+        s->cand_round = e->round;
+        s->cand = e->hash;
+        feed(w, e->site,
+             (al_round_event){.type = AL_EV_CANDIDATE,
+                              .round = e->round,
+                              .epoch = e->epoch,
+                              .hash = e->hash,
+                              .theta = e->st.base});
+        break;
+    case SN_SYNCED:
+        if (mine) sync_answer(w, e);
+        break;
+    case SN_RELOADED:
+        if (!mine) break;
+        s->theta = e->hash;
+        w->c.reloads += heq(&e->hash, &s->disk.base);
+        feed(w, e->site, (al_round_event){.type = AL_EV_RELOADED, .hash = e->hash});
+        break;
+    case SN_FAULT:
+        fault(w, e);
+        break;
+    case SN_RESTART:
+        if (!s->up && e->inc == s->inc && !(w->quiesced && e->site == w->dead))
+            start_site(w, e->site);
+        break;
+    case SN_QUIESCE:
+        quiesce(w);
+        break;
+    }
+}
+
+/* After every event: (t), and after the heal, how far the sites are together. */
+static void check_after(world *w) {
+    int together = 1, ref = w->dead == 0;
+    for (int i = 0; i < w->n; i++) {
+        const site *s = &w->s[i];
+        if (i == w->dead && w->quiesced) continue;
+        together &= s->up && s->m.round == w->s[ref].m.round && heq(&s->m.base, &w->s[ref].m.base);
+        if (!s->up) continue;
+        for (int j = 0; j < w->n; j++)
+            if (j != i && s->m.peer[j].alive && w->now - s->heard[j] > w->cfg.peer_timeout_s + 1)
+                return fail_inv(w, "(t) site %d still counts site %d live after %.2f s of silence",
+                                i, j, w->now - s->heard[j]);
+    }
+    if (w->quiesced && together && w->s[ref].m.round > w->conv_round)
+        w->conv_round = w->s[ref].m.round;
+}
+
+static const char *const CONFIG_NAMES[] = {"3 sites, majority", "5 sites, majority",
+                                           "2 sites, all"};
+
+static void setup(world *w, uint64_t seed) {
+    static const int nsites[] = {3, 5, 2};
+    static const al_quorum quorum[] = {AL_QUORUM_MAJORITY, AL_QUORUM_MAJORITY, AL_QUORUM_ALL};
+    w->heap.n = 0;
+    w->nvotes = 0;
+    w->seed = seed;
+    w->failed = w->quiesced = w->partitioned = 0;
+    w->conv_round = -1;
+    w->now = 0;
+    memset(w->has, 0, sizeof w->has);
+    memset(&w->trace, 0, sizeof w->trace);
+    al_rng_seed(&w->rng, seed);
+    int kind = (int)(seed % 3);
+    w->n = nsites[kind];
+    w->cfg = (al_round_cfg){.nsites = w->n,
+                            .quorum = quorum[kind],
+                            .min_sites = 1,
+                            .heartbeat_s = 1,
+                            .peer_timeout_s = 5,
+                            .deadline_s = 4};
+    w->q = al_quorum_size(w->cfg.quorum, w->n);
+    memset(&w->net, 0, sizeof w->net);
+    w->net = (sn_net){.n = w->n,
+                      .rng = &w->rng,
+                      .drop = sn_uniform(&w->rng, 0, 0.2),
+                      .dup = sn_uniform(&w->rng, 0, 0.1),
+                      .dmin = 0.005,
+                      .dmax = sn_uniform(&w->rng, 0.02, 0.5)};
+    w->t_quiesce = sn_uniform(&w->rng, 15, 60);
+    w->t_end = w->t_quiesce + 45;
+    for (int i = 0; i < w->n; i++) {
+        memset(&w->s[i], 0, sizeof w->s[i]);
+        w->s[i].disk =
+            (al_round_start){.round = 0, .base = hmk(GENESIS), .last.round = -1, .held_round = -1};
+        start_site(w, i);
+        push(w, SN_TICK, i, sn_uniform(&w->rng, 0, TICK_S), (sn_event){0});
+    }
+    int dead = (int)al_rng_below(&w->rng, (uint64_t)w->n);
+    w->dead = w->dead_mode && w->cfg.quorum == AL_QUORUM_MAJORITY ? dead : -1;
+    int nf = 1 + (int)al_rng_below(&w->rng, 12);
+    for (int k = 0; k < nf; k++) {
+        sn_event e = {.fault = (int)al_rng_below(&w->rng, F_NFAULTS),
+                      .a = (int)al_rng_below(&w->rng, (uint64_t)w->n),
+                      .dur = sn_uniform(&w->rng, 0.5, 15)};
+        e.b = (e.a + 1 + (int)al_rng_below(&w->rng, (uint64_t)w->n - 1)) % w->n;
+        push(w, SN_FAULT, 0, sn_uniform(&w->rng, 0.5, w->t_quiesce), e);
+    }
+    push(w, SN_QUIESCE, 0, w->t_quiesce, (sn_event){0});
+}
+
+/* One schedule; 0 when every invariant held. */
+static int run_schedule(world *w, uint64_t seed) {
+    setup(w, seed);
+    sn_event e;
+    while (!w->failed && sn_pop(&w->heap, &e) && e.t <= w->t_end) {
+        w->now = e.t;
+        w->c.events++;
+        dispatch(w, &e);
+        if (!w->failed) check_after(w);
+    }
+    if (!w->failed && w->conv_round < w->r_quiesce + 3)
+        fail_inv(w, "(c) after the heal at round %ld the sites were together only up to round %ld",
+                 w->r_quiesce, w->conv_round);
+    for (int i = 0; i < w->n && !w->failed; i++)
+        if (i != w->dead && !heq(&w->s[i].theta, &w->s[i].m.base) && w->s[i].m.phase != AL_PH_SYNC)
+            fail_inv(w, "(c) site %d ends with a corrupted theta_global never repaired", i);
+    w->c.schedules++;
+    w->c.sent += w->net.sent;
+    w->c.lost += w->net.dropped;
+    w->c.dups += w->net.duplicated;
+    if (w->failed && w->keep_going) {
+        printf("  seed %llu (%s): %s\n", (unsigned long long)seed, CONFIG_NAMES[seed % 3], w->why);
+    } else if (w->failed) {
+        printf("  seed %llu (%s) failed at t=%.3f: %s\n  replay: %s --seed %llu\n"
+               "  last events:\n",
+               (unsigned long long)seed, CONFIG_NAMES[seed % 3], w->now, w->why, prog,
+               (unsigned long long)seed);
+        sn_trace_print(&w->trace, 40);
+    }
+    return w->failed;
+}
+
+static void world_free(world *w) {
+    sn_heap_free(&w->heap);
+    free(w->votes);
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *s = getenv(name);
+    return s && *s ? strtoull(s, NULL, 10) : dflt;
+}
+
+/* Seeds first + k (mod 3), stepping by 3: the share of configuration k. */
+static void simulate(int kind) {
+    world *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    uint64_t first = env_u64("AL_ROUND_FIRST_SEED", 0);
+    uint64_t end = first + env_u64("AL_ROUND_SCHEDULES", 10000);
+    w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
+    w->keep_going = (int)env_u64("AL_ROUND_KEEP_GOING", 0);
+    long failed = 0;
+    double t0 = al_now();
+    for (uint64_t seed = first + (3 + (uint64_t)kind - first % 3) % 3;
+         seed < end && (!failed || w->keep_going); seed += 3)
+        failed += run_schedule(w, seed);
+    if (failed) print_message("  %ld schedules failed\n", failed);
+    counts c = w->c;
+    print_message(
+        "  %s: %ld schedules in %.1f s wall, %ld events; %ld commits, %ld pulls (%ld "
+        "repairs), %ld reloads, %ld crashes, %ld partitions, %ld corruptions, %ld peer drops, "
+        "epoch max %llu; %ld messages, %ld lost, %ld duplicated\n",
+        CONFIG_NAMES[kind], c.schedules, al_now() - t0, c.events, c.commits, c.adopts, c.repairs,
+        c.reloads, c.crashes, c.partitions, c.corrupts, c.drops, (unsigned long long)c.max_epoch,
+        c.sent, c.lost, c.dups);
+    world_free(w);
+    free(w);
+    if (failed) fail_msg("an invariant failed (seed above)");
+    assert_true(c.commits > c.schedules * 3); /* the schedules did make progress */
+}
+
+static void test_sim_3_majority(void **st) {
+    (void)st;
+    simulate(0);
+}
+static void test_sim_5_majority(void **st) {
+    (void)st;
+    simulate(1);
+}
+static void test_sim_2_all(void **st) {
+    (void)st;
+    simulate(2);
+}
+
+/* ---- direct cases ------------------------------------------------------------------ */
+
+static void test_quorum_names(void **st) {
+    (void)st;
+    const char *names[] = {"majority", "all", "any"};
+    for (int k = 0; k < 3; k++) {
+        al_quorum q = AL_QUORUM_ANY;
+        al_err err;
+        assert_int_equal(al_quorum_parse(names[k], &q, &err), 0);
+        assert_string_equal(al_quorum_name(q), names[k]);
+    }
+    int want[3][5] = {{1, 2, 2, 3, 3}, {1, 2, 3, 4, 5}, {1, 1, 1, 1, 1}};
+    for (int q = 0; q < 3; q++)
+        for (int n = 1; n <= 5; n++)
+            assert_int_equal(al_quorum_size((al_quorum)q, n), want[q][n - 1]);
+    al_quorum q = AL_QUORUM_ALL;
+    al_err err;
+    assert_int_equal(al_quorum_parse("most", &q, &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "'most': expected majority, all or any"));
+    assert_int_equal(q, AL_QUORUM_ALL); /* untouched */
+    assert_int_equal(al_quorum_parse(NULL, &q, &err), AL_ECONFIG);
+    assert_string_equal(al_quorum_name((al_quorum)7), "?");
+}
+
+static const al_round_cfg GOOD = {.nsites = 3,
+                                  .self = 0,
+                                  .quorum = AL_QUORUM_MAJORITY,
+                                  .min_sites = 1,
+                                  .heartbeat_s = 1,
+                                  .peer_timeout_s = 5,
+                                  .deadline_s = 4};
+static const al_round_start START = {.round = 0, .last.round = -1, .held_round = -1};
+
+static void test_bad_cfg(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_err err;
+    assert_int_equal(al_round_init(m, &GOOD, &START, 0, &err), 0);
+    struct {
+        al_round_cfg cfg;
+        const char *msg;
+    } bad[] = {
+        {{.nsites = 0}, "0 sites configured: need 1 to 16"},
+        {{.nsites = 17}, "17 sites configured: need 1 to 16"},
+        {{.self = -1}, "index -1 is not one of the 3 sites"},
+        {{.self = 3}, "index 3 is not one of the 3 sites"},
+        {{.quorum = (al_quorum)3}, "quorum 3 is not majority, all or any"},
+        {{.min_sites = 0}, "min_sites = 0: need 1 to 3"},
+        {{.min_sites = 4}, "min_sites = 4: need 1 to 3"},
+        {{.heartbeat_s = 0}, "heartbeat_s = 0: need a positive number"},
+        {{.heartbeat_s = NAN}, "heartbeat_s = nan: need a positive number"},
+        {{.peer_timeout_s = 1}, "peer_timeout_s = 1: must exceed heartbeat_s = 1"},
+        {{.peer_timeout_s = INFINITY}, "peer_timeout_s = inf: must exceed"},
+        {{.deadline_s = -2}, "deadline_s = -2: need a positive number"},
+    };
+    for (size_t k = 0; k < AL_ARRAY_LEN(bad); k++) {
+        al_round_cfg c = GOOD; /* one field changed per case */
+        const al_round_cfg *b = &bad[k].cfg;
+        if (k < 2) c.nsites = b->nsites;
+        if (k >= 2 && k < 4) c.self = b->self;
+        if (k == 4) c.quorum = b->quorum;
+        if (k >= 5 && k < 7) c.min_sites = b->min_sites;
+        if (k >= 7 && k < 9) c.heartbeat_s = b->heartbeat_s;
+        if (k >= 9 && k < 11) c.peer_timeout_s = b->peer_timeout_s;
+        if (k == 11) c.deadline_s = b->deadline_s;
+        assert_int_equal(al_round_init(m, &c, &START, 0, &err), AL_ECONFIG);
+        if (!strstr(err.msg, bad[k].msg))
+            fail_msg("case %zu: '%s' lacks '%s'", k, err.msg, bad[k].msg);
+    }
+    al_round_start neg = START;
+    neg.round = -1;
+    assert_int_equal(al_round_init(m, &GOOD, &neg, 0, &err), AL_EINVAL);
+    free(m);
+}
+
+/* Feed one event and return the actions of the given type (up to max). */
+static int step_take(al_round *m, al_round_event ev, al_round_action_type t, al_round_action *got,
+                     int max) {
+    al_round_action acts[AL_ROUND_MAX_ACTIONS];
+    al_round_step(m, &ev);
+    int n = al_round_ready(m, acts, AL_ROUND_MAX_ACTIONS), k = 0;
+    for (int i = 0; i < n; i++)
+        if (acts[i].type == t && k < max) got[k++] = acts[i];
+    return k;
+}
+
+/* Two of three sites at this round hold another base: pull theirs, adopt only it. */
+static void test_majority_base(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_err err;
+    al_round_start s = START;
+    s.round = 4;
+    s.base = hmk(1);
+    assert_int_equal(al_round_init(m, &GOOD, &s, 0, &err), 0);
+    al_round_status peer = {.round = 4, .base = hmk(2)};
+    al_round_action a[4];
+    al_round_event ev = {.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = peer};
+    assert_int_equal(step_take(m, ev, AL_ACT_SYNC, a, 4), 0); /* one site is not a majority */
+    ev.peer = 2;
+    assert_int_equal(step_take(m, ev, AL_ACT_SYNC, a, 4), 1);
+    assert_int_equal(a[0].peer, 1);
+    assert_int_equal(a[0].round, 4);
+    assert_true(heq(&a[0].hash, &peer.base));
+    al_round_event got = {.type = AL_EV_SYNCED, .now = 0.5, .peer = 1, .round = 4, .hash = hmk(3)};
+    assert_int_equal(step_take(m, got, AL_ACT_ADOPT, a, 4), 0); /* not the hash asked for */
+    got.now = 2;                                                /* asked again after a heartbeat */
+    assert_int_equal(
+        step_take(m, (al_round_event){.type = AL_EV_TICK, .now = 2}, AL_ACT_SYNC, a, 4), 1);
+    got.peer = a[0].peer;
+    got.hash = peer.base;
+    assert_int_equal(step_take(m, got, AL_ACT_ADOPT, a, 4), 1);
+    assert_int_equal(a[0].round, 4);
+    assert_true(heq(&m->base, &peer.base));
+    assert_int_equal(m->phase, AL_PH_TRAIN);
+    free(m);
+}
+
+/* A restarted site holds the vote it persisted, in its epoch. */
+static void test_restart_holds_vote(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_err err;
+    al_round_start s = START;
+    s.round = 7;
+    s.last = (al_round_vote){.round = 7, .epoch = 3, .vote = AL_VOTE_HASH, .value.hash = hmk(9)};
+    s.held_round = 7;
+    s.held = s.last.value;
+    assert_int_equal(al_round_init(m, &GOOD, &s, 0, &err), 0);
+    al_round_status me;
+    al_round_status_get(m, &me);
+    assert_int_equal(me.epoch, 3);
+    assert_int_equal(me.vote, AL_VOTE_HASH);
+    assert_true(heq(&me.value.hash, &s.last.value.hash));
+    assert_true(m->have_candidate);  /* the candidate persisted with the vote */
+    s.last.round = s.held_round = 6; /* a vote of a committed round binds nothing */
+
+    assert_int_equal(al_round_init(m, &GOOD, &s, 0, &err), 0);
+    al_round_status_get(m, &me);
+    assert_int_equal(me.epoch, 0);
+    assert_int_equal(me.vote, AL_VOTE_NONE);
+    free(m);
+}
+
+#define ROUND_CASES                                                                                \
+    cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
+        cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote)
+
+int main(int argc, char **argv) {
+    prog = argv[0];
+    if (argc == 3 && !strcmp(argv[1], "--seed")) {
+        world *w = calloc(1, sizeof *w);
+        if (!w) return 1;
+        w->verbose = 1;
+        w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
+        uint64_t seed = strtoull(argv[2], NULL, 10);
+        int rc = run_schedule(w, seed);
+        printf("seed %llu: %s\n", (unsigned long long)seed, rc ? "FAILED" : "every invariant held");
+        world_free(w);
+        free(w);
+        return rc;
+    }
+    const struct CMUnitTest tests[] = {ROUND_CASES, cmocka_unit_test(test_sim_3_majority),
+                                       cmocka_unit_test(test_sim_5_majority),
+                                       cmocka_unit_test(test_sim_2_all)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
