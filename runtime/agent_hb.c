@@ -16,21 +16,14 @@
 
 static int make_hb_client(agent *a, int i, al_err *err) {
     const al_config *c = a->cfg;
-    al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
     /* one try per beat, answered within half a beat: a sweep over n peers
      * takes at most n/2 beats even when every peer is silent */
-    al_client_cfg cc = {.target = a->addr[i],
-                        .site = a->name[a->self],
-                        .peer = a->name[i],
-                        .run_id = c->site_run_id,
-                        .tls = tls,
-                        .insecure = (int)c->tls_insecure,
-                        .deadline_s = 0.5 * c->round_heartbeat_s,
-                        .max_attempts = 1,
-                        .backoff_s = 0.1,
-                        .backoff_max_s = AL_MAX(0.1, c->round_heartbeat_s),
-                        .seed = (uint64_t)a->self + 101,
-                        .log = NULL};
+    al_client_cfg cc = ag_client_cfg(a, i);
+    cc.deadline_s = 0.5 * c->round_heartbeat_s;
+    cc.max_attempts = 1;
+    cc.backoff_s = 0.1;
+    cc.backoff_max_s = AL_MAX(0.1, c->round_heartbeat_s);
+    cc.seed = (uint64_t)a->self + 101;
     int rc = al_client_new(&cc, &a->hb_cli[i], err);
     return rc ? al_err_prefix(err, "heartbeat client for %s", a->name[i]) : 0;
 }

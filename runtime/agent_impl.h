@@ -146,6 +146,19 @@ typedef struct agent {
 /* agent_hb.c: heartbeats and failure detection. Start after ag_net_start. */
 int ag_hb_start(agent *a, al_err *err);
 void ag_hb_stop(agent *a);
+/* The client settings every channel to peer i shares (who we are, whom we
+ * mean, TLS); callers add deadlines, attempts and backoff. */
+static inline al_client_cfg ag_client_cfg(const agent *a, int i) {
+    const al_config *c = a->cfg;
+    al_client_cfg cc = {.target = a->addr[i],
+                        .site = a->name[a->self],
+                        .peer = a->name[i],
+                        .run_id = c->site_run_id,
+                        .tls = {c->tls_ca, c->tls_cert, c->tls_key},
+                        .insecure = (int)c->tls_insecure,
+                        .log = NULL};
+    return cc;
+}
 /* A configured site's index, or -1. */
 static inline int ag_site_id(const agent *a, const char *name) {
     for (int i = 0; i < a->nsites; i++)

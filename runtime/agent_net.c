@@ -211,23 +211,15 @@ static void hk_state_done(void *u, void *ref) {
 /* A client for peer i (a new channel: no reconnect backoff inherited). */
 static int make_client(agent *a, int i, al_err *err) {
     const al_config *c = a->cfg;
-    al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
-    al_client_cfg cc = {.target = a->addr[i],
-                        .site = a->name[a->self],
-                        .peer = a->name[i],
-                        .run_id = c->site_run_id,
-                        .tls = tls,
-                        .insecure = (int)c->tls_insecure,
-                        .deadline_s = c->round_deadline_s,
-                        /* statistics and pings are small: a peer that does not
-                         * answer one within half its timeout is not waited on
-                         * for a whole round deadline */
-                        .control_deadline_s = 0.5 * c->round_peer_timeout_s,
-                        .max_attempts = 3,
-                        .backoff_s = 0.1,
-                        .backoff_max_s = 1.0,
-                        .seed = (uint64_t)a->self + 1,
-                        .log = NULL};
+    al_client_cfg cc = ag_client_cfg(a, i);
+    cc.deadline_s = c->round_deadline_s;
+    /* statistics and pings are small: a peer that does not answer one within
+     * half its timeout is not waited on for a whole round deadline */
+    cc.control_deadline_s = 0.5 * c->round_peer_timeout_s;
+    cc.max_attempts = 3;
+    cc.backoff_s = 0.1;
+    cc.backoff_max_s = 1.0;
+    cc.seed = (uint64_t)a->self + 1;
     if (a->cli[i]) {
         uint64_t tx, rx;
         al_client_bytes(a->cli[i], &tx, &rx);

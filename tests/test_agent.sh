@@ -497,6 +497,32 @@ if [[ $rc -eq 0 ]] && grep -q "waiting for \[round\] min_sites = 2" r9/a.log && 
 else
     no "min_sites wait: status $rc: $(tail -n 3 r9/a.log)"
 fi
+# SIGTERM while joining: c finds a and b ahead and registers; then a and b
+# freeze (SIGSTOP), so the round c waits for never comes. SIGTERM ends c's wait
+# with status 0 once the pull in flight gives up (3 tries of deadline_s);
+# before, it waited out the join's timeout (4 deadlines + 60 s) and exited 1
+PORTS=($(port) $(port) $(port))
+for s in a b c; do STEPS=4000 conf r9j $s "a b c"; done
+start r9j a
+start r9j b
+for _ in $(seq 1 600); do grep -q "round 2 |" r9j/a.log 2>/dev/null && break; sleep 0.1; done
+start r9j c
+for _ in $(seq 1 600); do grep -q "joining" r9j/c.log 2>/dev/null && break; sleep 0.05; done
+kill -STOP "$PID_a" "$PID_b"
+sleep 1
+kill -TERM "$PID_c"
+tj=$(date +%s)
+jd=${AL_TEST_DEADLINE:-5}
+await "$PID_c" $((3 * jd + 30))
+rc=$?
+tj=$(($(date +%s) - tj))
+kill -KILL "$PID_a" "$PID_b" 2>/dev/null
+kill -CONT "$PID_a" "$PID_b" 2>/dev/null
+if [[ $rc -eq 0 ]] && grep -q "peers are at round .*, joining" r9j/c.log && ((tj <= 3 * jd + 15)); then
+    ok "SIGTERM while joining: c ends with status 0 after ${tj} s"
+else
+    no "SIGTERM while joining: status $rc after ${tj} s: $(tail -n 3 r9j/c.log)"
+fi
 
 # a checkpoint whose counters are malformed (with a matching SHA-256, so it
 # passes the integrity check) is refused with the counter's name
