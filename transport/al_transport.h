@@ -107,6 +107,17 @@ typedef struct al_stats {
     uint32_t steps;
 } al_stats;
 
+/* A site's round status as heartbeats carry it (runtime/al_round.h's
+ * al_round_status in wire terms): vote 0 none, 1 null, 2 a hash. */
+typedef struct al_peer_status {
+    uint64_t round, epoch;
+    int have_base; /* 0: the sender has no round protocol (then only round, epoch) */
+    uint8_t base[32];
+    uint32_t vote;
+    uint8_t vote_hash[32];
+    uint32_t members;
+} al_peer_status;
+
 /* ---- TLS --------------------------------------------------------------------------- */
 
 typedef struct al_tls_paths {
@@ -146,6 +157,11 @@ typedef struct al_server_hooks {
     int (*state)(void *user, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
                  void **ref, char *why, size_t n);
     void (*state_done)(void *user, void *ref);
+    /* A heartbeat from `site` (authenticated, validated) with its status: fill
+     * *mine with ours for the reply. NULL: the reply carries the server's
+     * round and epoch only. */
+    void (*status)(void *user, const char *site, const al_peer_status *theirs,
+                   al_peer_status *mine);
 } al_server_hooks;
 
 typedef struct al_server_cfg {
@@ -164,6 +180,8 @@ typedef struct al_server_cfg {
     uint32_t num_shards;      /* shards per vector this run (default 1) */
     uint64_t max_shard_bytes; /* largest shard accepted (default 1 GiB + 64 KiB) */
     double idle_timeout_s;    /* longest wait for a client's next message (default 30) */
+    int attempts;             /* 1: `epoch` tags an attempt within a round, in any order
+                               * (the hooks judge it); the window is by round only */
     al_server_hooks hooks;
     const al_log *log; /* may be NULL */
 } al_server_cfg;
@@ -221,6 +239,10 @@ int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_
 /* Heartbeat: round trip; *peer_ms receives the peer's clock. Its bytes are not
  * in al_client_bytes (nor in the server's count). */
 int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_ms, al_err *err);
+/* The same carrying our round status; *theirs receives the peer's (have_base
+ * = 0 from a server without a status hook). Control traffic, uncounted. */
+int al_client_status(al_client *c, const al_peer_status *mine, al_peer_status *theirs,
+                     al_err *err);
 /* The gRPC status of the last call and its details. */
 int al_client_last_status(const al_client *c);
 const char *al_client_last_details(const al_client *c);
