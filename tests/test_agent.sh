@@ -281,9 +281,13 @@ wan ${W[0]} ${PORTS[1]}
 wan ${W[1]} ${PORTS[2]}
 wan ${W[2]} ${PORTS[0]}
 wan ${W[3]} ${PORTS[0]}
-PEER_PORTS=("" ${W[0]} ${W[1]}) STEPS=400 HB=0.5 PT=2 conf $dir a "a b c"
-PEER_PORTS=(${W[2]} "" "") STEPS=400 HB=0.5 PT=2 conf $dir b "a b c"
-PEER_PORTS=(${W[3]} "" "") STEPS=400 HB=0.5 PT=2 conf $dir c "a b c"
+PEER_PORTS=("" ${W[0]} ${W[1]}) # (an array cannot be a command's prefix assignment)
+STEPS=400 HB=0.5 PT=2 conf $dir a "a b c"
+PEER_PORTS=(${W[2]} "" "")
+STEPS=400 HB=0.5 PT=2 conf $dir b "a b c"
+PEER_PORTS=(${W[3]} "" "")
+STEPS=400 HB=0.5 PT=2 conf $dir c "a b c"
+unset PEER_PORTS
 sleep 0.3
 for s in a b c; do start $dir $s; done
 lastround() { grep -o "round [0-9]* |" $dir/$1.log 2>/dev/null | tail -1 | grep -o "[0-9]*"; }
@@ -350,7 +354,9 @@ wp=$(port)
     >r3.wanem.log 2>&1 &
 pids+=($!)
 wanem=$!
-PEER_PORTS=("" $wp) conf r3 a "a b"
+PEER_PORTS=("" $wp) # a reaches b through the proxy
+conf r3 a "a b"
+unset PEER_PORTS
 conf r3 b "a b"
 sleep 0.3
 start r3 a
