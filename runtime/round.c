@@ -424,8 +424,30 @@ static void decide_outcome(al_round *m, double now) {
     }
 }
 
+/* Fewer sites reachable than a commit needs: say so once (the dashboard shows
+ * m->health), whatever the phase; clear it when they are back. */
+static void check_reachable(al_round *m) {
+    int r = al_round_reachable(m);
+    if (r < m->q && m->phase != AL_PH_JOIN) {
+        char h[sizeof m->health];
+        snprintf(h, sizeof h, "no quorum: %d of %d sites reachable", r, m->cfg.nsites);
+        if (strcmp(h, m->health) != 0) {
+            snprintf(m->health, sizeof m->health, "%s", h);
+            note(m, AL_LOG_WARN, "round %ld: %s (%s needs %d): not committing", m->round,
+                 m->health, al_quorum_name(m->cfg.quorum), m->q);
+        }
+        m->unreachable = 1;
+    } else if (m->unreachable) {
+        m->unreachable = 0;
+        if (m->health[0]) note(m, AL_LOG_INFO, "round %ld: %d of %d sites reachable again",
+                               m->round, r, m->cfg.nsites);
+        m->health[0] = 0;
+    }
+}
+
 /* After any event: move on as far as what is known allows. */
 static void advance(al_round *m, double now) {
+    check_reachable(m);
     if (m->phase == AL_PH_SYNC) {
         if (now >= m->t_sync) try_sync(m, now); /* none in flight, or one unanswered */
         return;
