@@ -53,6 +53,14 @@ static int beat(agent *a, int i, al_err *e) {
     pthread_mutex_unlock(&a->mu);
     int rc = al_client_status(a->hb_cli[i], &mine, &theirs, e);
     int ok = answered(a->hb_cli[i], rc);
+    int why = al_client_last_status(a->hb_cli[i]);
+    if (rc && (why == AL_ST_PERMISSION_DENIED || why == AL_ST_UNAUTHENTICATED)) {
+        pthread_mutex_lock(&a->mu); /* who we are is refused: no retry fixes it */
+        if (!a->refused[0])
+            snprintf(a->refused, sizeof a->refused, "site %s refused us: %.300s", a->name[i], e->msg);
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+    }
     if (rc == 0 && theirs.have_base) {
         pthread_mutex_lock(&a->mu);
         a->pst[i] = theirs;

@@ -136,6 +136,7 @@ typedef struct agent {
     uint64_t out_epoch;
     uint32_t stats_to;                /* peers still to be sent them (bit i) */
     int hb_kick;                      /* send now */
+    char refused[400];                /* a peer refused our identity (fatal): why */
     int ever_live[AG_MAX_SITES]; /* ... of any round this process committed */
     double xchg_s; /* seconds the last reduce-scatter + all-gather took (0: none yet); sent
                     * as the next statistics' comm_s for the policies' bandwidth floor */

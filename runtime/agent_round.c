@@ -726,6 +726,11 @@ static int feed_inbox(agent *a, al_err *err) {
     al_site_stats st[AG_MAX_SITES];
     double seen[AG_MAX_SITES];
     pthread_mutex_lock(&a->mu);
+    if (a->refused[0]) {
+        int rc = al_errf(err, AL_EPERM, "%s", a->refused);
+        pthread_mutex_unlock(&a->mu);
+        return rc;
+    }
     for (int i = 0; i < a->nsites; i++) {
         ps[i] = a->pst[i];
         fresh[i] = a->pst_new[i];
