@@ -197,4 +197,3 @@ int ag_load(agent *a, const char *path, al_err *err) {
                 a->name[a->self], dir, a->round, a->step);
     return rc;
 }
-

@@ -57,7 +57,8 @@ static int beat(agent *a, int i, al_err *e) {
     if (rc && (why == AL_ST_PERMISSION_DENIED || why == AL_ST_UNAUTHENTICATED)) {
         pthread_mutex_lock(&a->mu); /* who we are is refused: no retry fixes it */
         if (!a->refused[0])
-            snprintf(a->refused, sizeof a->refused, "site %s refused us: %.300s", a->name[i], e->msg);
+            snprintf(a->refused, sizeof a->refused, "site %s refused us: %.300s", a->name[i],
+                     e->msg);
         pthread_cond_broadcast(&a->cv);
         pthread_mutex_unlock(&a->mu);
     }

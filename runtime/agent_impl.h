@@ -96,37 +96,37 @@ typedef struct agent {
     al_policy *pol;
     al_commit_codec cc; /* the codec and its encode buffer */
     long round, step, h;
-    int live[AG_MAX_SITES];      /* members of the last committed round */
+    int live[AG_MAX_SITES]; /* members of the last committed round */
     /* the round protocol (al_round.h), driven by agent_round.c */
     al_round rm;
-    int rm_on;                   /* rm is initialised */
-    al_quorum quorum;            /* [round] quorum */
+    int rm_on;                        /* rm is initialised */
+    al_quorum quorum;                 /* [round] quorum */
     const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
-    int resumed;                 /* started with --resume: the persisted vote counts */
-    int finished;                /* the last commit is done (budget or signal): linger */
-    double linger_until;         /* ... until the peers saw it, at most this long */
-    al_outer cand;               /* the candidate outer state beside a->outer */
-    int have_cand;               /* cand holds the candidate of (cand_round, cand_epoch) */
-    al_commit_decision cand_d;   /* its decision */
-    char pol_before[2048];       /* the policy's state before the candidate's decision */
-    int cand_mem[AG_MAX_SITES];  /* its members (site ids, increasing) and statistics */
+    int resumed;                      /* started with --resume: the persisted vote counts */
+    int finished;                     /* the last commit is done (budget or signal): linger */
+    double linger_until;              /* ... until the peers saw it, at most this long */
+    al_outer cand;                    /* the candidate outer state beside a->outer */
+    int have_cand;                    /* cand holds the candidate of (cand_round, cand_epoch) */
+    al_commit_decision cand_d;        /* its decision */
+    char pol_before[2048];            /* the policy's state before the candidate's decision */
+    int cand_mem[AG_MAX_SITES];       /* its members (site ids, increasing) and statistics */
     al_site_stats cand_st[AG_MAX_SITES];
     int cand_M;
-    al_site_stats mine;          /* this site's statistics for round mine_round */
-    long mine_round;             /* -1: none */
-    long step0;                  /* a->step when this round's interval began */
+    al_site_stats mine;                       /* this site's statistics for round mine_round */
+    long mine_round;                          /* -1: none */
+    long step0;                               /* a->step when this round's interval began */
     double t_round0, t_train_end, t_comm_end; /* this round's clock: start, interval, exchange */
-    int shook[AG_MAX_SITES];     /* handshake (config check) done with the peer */
-    long fed_round[AG_MAX_SITES];   /* statistics fed to the machine: (round, epoch) */
+    int shook[AG_MAX_SITES];                  /* handshake (config check) done with the peer */
+    long fed_round[AG_MAX_SITES];             /* statistics fed to the machine: (round, epoch) */
     uint64_t fed_epoch[AG_MAX_SITES];
     long misfit_round[AG_MAX_SITES]; /* statistics that did not fit were logged for it */
     double fed_heard[AG_MAX_SITES];  /* hb_seen value last fed as a status */
-    al_outer pulled;             /* a state pulled (AL_ACT_SYNC), adopted by AL_ACT_ADOPT */
+    al_outer pulled;                 /* a state pulled (AL_ACT_SYNC), adopted by AL_ACT_ADOPT */
     int have_pulled;
     long pulled_round, pulled_step, pulled_h;
     int pulled_from;
     char pulled_policy[2048];
-    char health[96];             /* the machine's "no quorum: ..." as last reported */
+    char health[96]; /* the machine's "no quorum: ..." as last reported */
     /* the inbox and outbox of the heartbeats (agent_hb.c), under mu */
     al_peer_status pst[AG_MAX_SITES]; /* a peer's latest status */
     int pst_new[AG_MAX_SITES];        /* ... not yet fed to the machine */
@@ -134,9 +134,9 @@ typedef struct agent {
     al_site_stats out_stats;          /* statistics to send for (out_round, out_epoch) */
     long out_round;
     uint64_t out_epoch;
-    uint32_t stats_to;                /* peers still to be sent them (bit i) */
-    int hb_kick;                      /* send now */
-    char refused[400];                /* a peer refused our identity (fatal): why */
+    uint32_t stats_to;           /* peers still to be sent them (bit i) */
+    int hb_kick;                 /* send now */
+    char refused[400];           /* a peer refused our identity (fatal): why */
     int ever_live[AG_MAX_SITES]; /* ... of any round this process committed */
     double xchg_s; /* seconds the last reduce-scatter + all-gather took (0: none yet); sent
                     * as the next statistics' comm_s for the policies' bandwidth floor */
@@ -147,24 +147,24 @@ typedef struct agent {
     double recv_base;             /* bytes received before a --resume (the servers count from 0) */
     double peer_tx[AG_MAX_SITES]; /* client bytes counted so far, per peer */
     double peer_hbtx[AG_MAX_SITES]; /* heartbeat client bytes (statistics) counted so far */
-    double tx_retired;            /* bytes of clients replaced by fresh ones */
-    double peer_rx[AG_MAX_SITES]; /* server bytes from each peer counted so far */
-    int reconnect[AG_MAX_SITES];  /* a peer came back: replace its client */
+    double tx_retired;              /* bytes of clients replaced by fresh ones */
+    double peer_rx[AG_MAX_SITES];   /* server bytes from each peer counted so far */
+    int reconnect[AG_MAX_SITES];    /* a peer came back: replace its client */
     double h_base;
     int progress_lr; /* [outer] progress = lr */
     /* the exchange: written by server threads under mu, read by the driver */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    long cur_round;                       /* the round slots of parity r&1 are for */
-    long cur_step;                        /* inner steps done when cur_round began */
-    int exchanging;                       /* members of cur_round are settled */
-    ag_slot reduce[2][AG_MAX_SITES];      /* [round&1][sender]: its part of my shard */
-    ag_slot gather[2][AG_MAX_SITES];      /* [round&1][sender]: the mean shard its owner sent */
-    al_site_stats stats[2][AG_MAX_SITES]; /* [round&1][site] */
-    int have_stats[2][AG_MAX_SITES];      /* round + 1 of stats[][], 0: none */
+    long cur_round;                        /* the round slots of parity r&1 are for */
+    long cur_step;                         /* inner steps done when cur_round began */
+    int exchanging;                        /* members of cur_round are settled */
+    ag_slot reduce[2][AG_MAX_SITES];       /* [round&1][sender]: its part of my shard */
+    ag_slot gather[2][AG_MAX_SITES];       /* [round&1][sender]: the mean shard its owner sent */
+    al_site_stats stats[2][AG_MAX_SITES];  /* [round&1][site] */
+    int have_stats[2][AG_MAX_SITES];       /* round + 1 of stats[][], 0: none */
     uint64_t stats_epoch[2][AG_MAX_SITES]; /* ... and its attempt (epoch) */
-    ag_snapshot *snap;          /* the newest published state (NULL before the first) */
-    ag_interval iv;             /* the interval in progress (saved in checkpoints) */
+    ag_snapshot *snap;                     /* the newest published state (NULL before the first) */
+    ag_interval iv;                        /* the interval in progress (saved in checkpoints) */
     /* fault injection for tests (env AL_FAULT=interval:R or stats:R): die by
      * SIGKILL halfway through round R's interval, or right after sending
      * round R's statistics (in the middle of the sync) */
@@ -244,8 +244,8 @@ int ag_push_stats(agent *a, al_client *c, const al_site_stats *mine, long round,
  * increasing; `members` as a bit set) with statistics st[]: reduce-scatter,
  * then all-gather; on return a->dbar holds Δ̄. On failure *peer names the
  * member at fault (-1: none known). Sets a->excluded ([outer] max_delta_ratio). */
-int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem,
-                const al_site_stats *st, int M, int *peer, al_err *err);
+int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
+                int M, int *peer, al_err *err);
 /* Pull the committed state (θ_global, outer and policy state) from peer i
  * into a->pulled*; checked against the hash its metadata names. */
 int ag_pull(agent *a, int i, al_err *err);

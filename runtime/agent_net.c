@@ -251,23 +251,23 @@ int ag_net_start(agent *a, al_err *err) {
     for (int i = 0; i < a->nsites; i++)
         if (i != a->self) peers[np++] = a->name[i];
     al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
-    al_server_cfg sc = {.listen = c->site_listen,
-                        .site = a->name[a->self],
-                        .run_id = c->site_run_id,
-                        .peers = peers,
-                        .npeers = (size_t)np,
-                        .tls = tls,
-                        .insecure = (int)c->tls_insecure,
-                        /* two calls per peer, each with its own threads, plus
-                         * two: no peer can take a thread another one needs */
-                        .threads = AL_MIN(130, 2 * np + 2),
-                        .per_peer_calls = 2,
-                        .num_shards = AG_MAX_SITES,
-                        .idle_timeout_s = c->round_deadline_s,
-                        .attempts = 1,
-                        .hooks = {a, hk_open, hk_done, hk_stats, hk_state, hk_state_done,
-                                  hk_status},
-                        .log = &a->log};
+    al_server_cfg sc = {
+        .listen = c->site_listen,
+        .site = a->name[a->self],
+        .run_id = c->site_run_id,
+        .peers = peers,
+        .npeers = (size_t)np,
+        .tls = tls,
+        .insecure = (int)c->tls_insecure,
+        /* two calls per peer, each with its own threads, plus
+         * two: no peer can take a thread another one needs */
+        .threads = AL_MIN(130, 2 * np + 2),
+        .per_peer_calls = 2,
+        .num_shards = AG_MAX_SITES,
+        .idle_timeout_s = c->round_deadline_s,
+        .attempts = 1,
+        .hooks = {a, hk_open, hk_done, hk_stats, hk_state, hk_state_done, hk_status},
+        .log = &a->log};
     int rc = al_server_start(&sc, &a->srv, err);
     if (rc) return al_err_prefix(err, "[site] listen %s", c->site_listen);
     for (int i = 0; i < a->nsites && rc == 0; i++)
@@ -564,8 +564,8 @@ static void robust_filter(agent *a, const int *mem, const al_site_stats *stats, 
         }
 }
 
-int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem,
-                const al_site_stats *st, int M, int *peer, al_err *err) {
+int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
+                int M, int *peer, al_err *err) {
     *peer = -1;
     int me = 0;
     while (me < M && mem[me] != a->self) me++;
@@ -652,7 +652,6 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem,
 
 /* ---- pulling the committed state ---------------------------------------------------- */
 
-
 int ag_pull(agent *a, int i, al_err *err) {
     uint8_t *d = NULL;
     uint64_t n = 0;
@@ -664,8 +663,9 @@ int ag_pull(agent *a, int i, al_err *err) {
     free(d);
     json_int_t r = 0, s = 0, h = 0;
     const char *pol = NULL, *th = NULL;
-    if (!m || json_unpack(m, "{s:I, s:I, s:I, s:s, s:s}", "round", &r, "step", &s, "h", &h,
-                          "policy", &pol, "theta", &th) != 0 ||
+    if (!m ||
+        json_unpack(m, "{s:I, s:I, s:I, s:s, s:s}", "round", &r, "step", &s, "h", &h, "policy",
+                    &pol, "theta", &th) != 0 ||
         strlen(th) != 64 || r < 0 || s < 0 || h < 1) {
         json_decref(m);
         return al_errf(err, AL_EFORMAT, "state from %s: malformed metadata", a->name[i]);

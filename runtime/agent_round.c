@@ -204,8 +204,9 @@ static void vote_load(agent *a, al_round_vote *v) {
     const char *run = NULL, *hx = NULL;
     json_int_t r = -1, e = 0, mem = 0;
     int vote = 0;
-    if (j && json_unpack(j, "{s:s, s:I, s:I, s:i, s:s, s:I}", "run", &run, "round", &r, "epoch",
-                         &e, "vote", &vote, "hash", &hx, "members", &mem) == 0 &&
+    if (j &&
+        json_unpack(j, "{s:s, s:I, s:I, s:i, s:s, s:I}", "run", &run, "round", &r, "epoch", &e,
+                    "vote", &vote, "hash", &hx, "members", &mem) == 0 &&
         !strcmp(run, a->run_hash) && r >= 0 && e >= 0 && vote >= AL_VOTE_NULL &&
         vote <= AL_VOTE_HASH && hex_hash(hx, &v->value.hash) == 0) {
         v->round = (long)r;
@@ -341,8 +342,7 @@ static int do_train(agent *a, al_err *err) {
                               .tokens = a->iv.tokens,
                               .compute_s = a->iv.compute_s,
                               .comm_s = a->xchg_s};
-    if ((rc = al_site_stats_check(&a->mine, err)))
-        return al_err_prefix(err, "round %ld", a->round);
+    if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
     a->mine_round = a->round;
     al_round_event ev = {.type = AL_EV_INTERVAL_DONE, .peer = -1, .round = a->round};
     hash_of(&a->outer, &ev.hash);
@@ -354,8 +354,8 @@ static int do_train(agent *a, al_err *err) {
  * round's business (a null vote), never the agent's end. */
 static int do_exchange(agent *a, const al_round_action *act) {
     if (a->round == a->fault_stats) raise(SIGKILL); /* test hook, see agent_impl.h */
-    al_round_event ev = {.type = AL_EV_EXCHANGE_FAILED, .peer = -1, .round = a->round,
-                         .epoch = act->epoch};
+    al_round_event ev = {
+        .type = AL_EV_EXCHANGE_FAILED, .peer = -1, .round = a->round, .epoch = act->epoch};
     int M = 0, p = (int)(a->round & 1);
     al_err e = {0};
     int rc = 0;
@@ -380,16 +380,17 @@ static int do_exchange(agent *a, const al_round_action *act) {
     pthread_mutex_unlock(&a->mu);
     a->cand_M = M;
     double t_x = al_now();
-    if (rc == 0) rc = ag_exchange(a, act->epoch, act->members, a->cand_mem, a->cand_st, M,
-                                  &ev.peer, &e);
+    if (rc == 0)
+        rc = ag_exchange(a, act->epoch, act->members, a->cand_mem, a->cand_st, M, &ev.peer, &e);
     if (rc == 0) {
         a->xchg_s = al_now() - t_x; /* the link's cost of a round, sent with the next stats */
         a->t_comm_end = al_now();
         ev.type = AL_EV_EXCHANGE_DONE;
     } else {
-        al_logf(&a->log, AL_LOG_WARN, "site %s: round %ld: the exchange (attempt %llu, %d sites) "
-                "failed: %s", a->name[a->self], a->round, (unsigned long long)act->epoch, M,
-                e.msg);
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: round %ld: the exchange (attempt %llu, %d sites) "
+                "failed: %s",
+                a->name[a->self], a->round, (unsigned long long)act->epoch, M, e.msg);
     }
     feed(a, &ev);
     return 0;
@@ -414,8 +415,8 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
         return al_err_prefix(err, "round %ld", a->round);
     }
     a->have_cand = 1;
-    al_round_event ev = {.type = AL_EV_CANDIDATE, .peer = -1, .round = a->round,
-                         .epoch = act->epoch};
+    al_round_event ev = {
+        .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
     hash_of(&a->cand, &ev.hash);
     hash_of(&a->outer, &ev.theta);
     feed(a, &ev);
@@ -587,8 +588,9 @@ static int do_sync(agent *a, const al_round_action *act) {
         ev.round = a->pulled_round;
         hash_of(&a->pulled, &ev.hash);
     } else {
-        al_logf(&a->log, AL_LOG_WARN, "joining: the state from %s refused (%s); trying another peer",
-                a->name[act->peer], e.msg);
+        al_logf(&a->log, AL_LOG_WARN,
+                "joining: the state from %s refused (%s); trying another peer", a->name[act->peer],
+                e.msg);
     }
     feed(a, &ev);
     return 0;
@@ -647,8 +649,10 @@ static void do_reload(agent *a) {
         hash_of(&a->outer, &ev.hash);
         local_from_global(a);
     } else {
-        al_logf(&a->log, AL_LOG_WARN, "site %s: the published copy of theta_global is damaged too: "
-                "%s", a->name[a->self], e.msg);
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: the published copy of theta_global is damaged too: "
+                "%s",
+                a->name[a->self], e.msg);
     }
     feed(a, &ev);
 }
@@ -771,8 +775,8 @@ static int feed_inbox(agent *a, al_err *err) {
         char why[300];
         if (!ag_stats_fit(&a->mine, &theirs, why, sizeof why)) {
             if (a->misfit_round[i] != a->round)
-                al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out: %s", a->round,
-                        a->name[i], why);
+                al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out: %s", a->round, a->name[i],
+                        why);
             a->misfit_round[i] = a->round;
             continue;
         }

@@ -433,14 +433,15 @@ static void check_reachable(al_round *m) {
         snprintf(h, sizeof h, "no quorum: %d of %d sites reachable", r, m->cfg.nsites);
         if (strcmp(h, m->health) != 0) {
             snprintf(m->health, sizeof m->health, "%s", h);
-            note(m, AL_LOG_WARN, "round %ld: %s (%s needs %d): not committing", m->round,
-                 m->health, al_quorum_name(m->cfg.quorum), m->q);
+            note(m, AL_LOG_WARN, "round %ld: %s (%s needs %d): not committing", m->round, m->health,
+                 al_quorum_name(m->cfg.quorum), m->q);
         }
         m->unreachable = 1;
     } else if (m->unreachable) {
         m->unreachable = 0;
-        if (m->health[0]) note(m, AL_LOG_INFO, "round %ld: %d of %d sites reachable again",
-                               m->round, r, m->cfg.nsites);
+        if (m->health[0])
+            note(m, AL_LOG_INFO, "round %ld: %d of %d sites reachable again", m->round, r,
+                 m->cfg.nsites);
         m->health[0] = 0;
     }
 }

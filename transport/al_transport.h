@@ -241,8 +241,7 @@ int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_
 int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_ms, al_err *err);
 /* The same carrying our round status; *theirs receives the peer's (have_base
  * = 0 from a server without a status hook). Control traffic, uncounted. */
-int al_client_status(al_client *c, const al_peer_status *mine, al_peer_status *theirs,
-                     al_err *err);
+int al_client_status(al_client *c, const al_peer_status *mine, al_peer_status *theirs, al_err *err);
 /* The gRPC status of the last call and its details. */
 int al_client_last_status(const al_client *c);
 const char *al_client_last_details(const al_client *c);

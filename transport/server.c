@@ -539,7 +539,8 @@ static void do_ping(call_ctx *c) {
     al_peer_status theirs, mine;
     memset(&mine, 0, sizeof mine);
     if (!st) wire_status_from(&theirs, m);
-    if (!st && s->cfg.hooks.status) s->cfg.hooks.status(s->cfg.hooks.user, c->peer->site, &theirs, &mine);
+    if (!st && s->cfg.hooks.status)
+        s->cfg.hooks.status(s->cfg.hooks.user, c->peer->site, &theirs, &mine);
     if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
     if (st) {
         finish(c, st, why);
