@@ -460,6 +460,22 @@ static double count_bytes(agent *a, double busy_s) {
     return sent;
 }
 
+/* The sites seen agreeing on the hash committed by act: this one, and every
+ * peer whose latest status voted it in the round's attempt or holds it as
+ * the next round's base. */
+static int agreeing(const agent *a, const al_round_action *act) {
+    int n = 1;
+    for (int i = 0; i < a->nsites; i++) {
+        const al_round_peer *p = &a->rm.peer[i];
+        if (i == a->self || !p->have) continue;
+        const al_round_status *st = &p->st;
+        n += (st->round == act->round && st->epoch == act->epoch && st->vote == AL_VOTE_HASH &&
+              !memcmp(st->value.hash.b, act->hash.b, 32)) ||
+             (st->round == act->round + 1 && !memcmp(st->base.b, act->hash.b, 32));
+    }
+    return n;
+}
+
 /* AL_ACT_APPLY: the candidate is committed: it becomes θ_global, and the
  * round's bookkeeping follows (membership events, counters, the round
  * record in the event log, evaluation, the log line), then the next round. */
@@ -551,6 +567,8 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     rec.outer_lr_scale = a->outer.last.scale;
     rec.outer_mu = a->outer.last.mu;
     al_outer_hash(&a->outer, rec.theta); /* per round: sites compare their histories */
+    rec.configured = a->nsites;
+    rec.agree = agreeing(a, act);
     al_metrics_add_round(&a->met, &rec, NULL);
     char *line = al_round_record_json(a->name[a->self], &rec);
     ag_event_line(a, line);

@@ -296,6 +296,10 @@ static json_t *record_json(const char *site, const al_round_record *r) {
     json_object_set_new(o, "eval_loss", num_or_null(r->eval_loss));
     json_object_set_new(o, "losses", losses);
     if (r->theta[0]) json_object_set_new(o, "theta", json_string(r->theta));
+    if (r->configured > 0) {
+        json_object_set_new(o, "agree", json_integer(r->agree));
+        json_object_set_new(o, "configured", json_integer(r->configured));
+    }
     const struct {
         const char *k;
         double v;
