@@ -70,7 +70,7 @@ typedef struct al_round_record {
      * statistics' exchange and compute seconds (max over members) and the floor */
     double policy_comm_s, policy_compute_s, comm_floor;
     double outer_lr_scale, outer_mu;
-    char theta[65]; /* SHA-256 of θ_global after the commit ("" if unknown) */
+    char theta[65];        /* SHA-256 of θ_global after the commit ("" if unknown) */
     int agree, configured; /* sites seen agreeing on theta (voted it, or hold it next
                             * round), of the configured ones (0: unknown) */
 } al_round_record;
