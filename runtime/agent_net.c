@@ -244,6 +244,25 @@ static int make_client(agent *a, int i, al_err *err) {
     return rc ? al_err_prefix(err, "peer %s (%s)", a->name[i], a->addr[i]) : 0;
 }
 
+/* Peers that came back (agent_hb.c saw them answer again) get a fresh
+ * channel before the next call: no reconnect backoff inherited from the
+ * outage. */
+static int refresh_clients(agent *a, al_err *err) {
+    int fresh[AG_MAX_SITES];
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nsites; i++) {
+        fresh[i] = a->reconnect[i];
+        a->reconnect[i] = 0;
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < a->nsites; i++)
+        if (fresh[i] && i != a->self) {
+            int rc = make_client(a, i, err);
+            if (rc) return rc;
+        }
+    return 0;
+}
+
 int ag_net_start(agent *a, al_err *err) {
     const al_config *c = a->cfg;
     const char *peers[AG_MAX_SITES];
@@ -569,6 +588,8 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
     *peer = -1;
     int me = 0;
     while (me < M && mem[me] != a->self) me++;
+    int rc0 = refresh_clients(a, err);
+    if (rc0) return rc0;
     if (me == M) return al_errf(err, AL_EINVAL, "round %ld: this site is not a member", a->round);
     robust_filter(a, mem, st, M);
     uint64_t tag = ag_attempt_tag(epoch, members);
@@ -656,7 +677,8 @@ int ag_pull(agent *a, int i, al_err *err) {
     uint8_t *d = NULL;
     uint64_t n = 0;
     a->have_pulled = 0;
-    int rc = al_client_pull_state(a->cli[i], AL_STATE_META, 1 << 20, &d, &n, err);
+    int rc = refresh_clients(a, err);
+    if (rc == 0) rc = al_client_pull_state(a->cli[i], AL_STATE_META, 1 << 20, &d, &n, err);
     if (rc) return rc;
     json_error_t je;
     json_t *m = json_loadb((const char *)d, n, 0, &je);
