@@ -10,8 +10,8 @@
  * answers, even with a refusal, is up; one that has answered nothing for
  * [round] peer_timeout_s is down: the thread logs it, marks it in a->down and
  * wakes the driver, whose exchange stops waiting for it at once instead of at
- * [round] deadline_s. Heartbeat bytes are control traffic, in no byte count
- * (al_transport.h). */
+ * [round] deadline_s. Heartbeats and statistics are control traffic, in no
+ * byte count (al_transport.h). */
 #include "agent_impl.h"
 
 #include <errno.h>
@@ -28,6 +28,7 @@ static int make_hb_client(agent *a, int i, al_err *err) {
     cc.backoff_s = 0.1;
     cc.backoff_max_s = AL_MAX(0.1, c->round_heartbeat_s);
     cc.seed = (uint64_t)a->self + 101;
+    cc.uncounted = 1; /* pings and statistics: control traffic */
     int rc = al_client_new(&cc, &a->hb_cli[i], err);
     return rc ? al_err_prefix(err, "heartbeat client for %s", a->name[i]) : 0;
 }
@@ -76,8 +77,10 @@ static int beat(agent *a, int i, al_err *e) {
         pthread_mutex_lock(&a->mu);
         /* taken, or refused for good (another round): either way, not again */
         if ((src == 0 || (sst != AL_ST_UNAVAILABLE && sst != AL_ST_DEADLINE_EXCEEDED)) &&
-            a->out_round == sr && a->out_epoch == se)
+            a->out_round == sr && a->out_epoch == se) {
             a->stats_to &= ~(1u << i);
+            if (src == 0) a->stats_took |= 1u << i;
+        }
         pthread_mutex_unlock(&a->mu);
     }
     return ok;
@@ -103,7 +106,8 @@ static void *hb_main(void *arg) {
                 a->hb_seen[i] = now;
                 if (a->down[i]) {
                     a->down[i] = 0;
-                    a->reconnect[i] = 1; /* it was gone: a fresh channel, no backoff */
+                    a->reconnect[i] = 1;         /* it was gone: a fresh channel, no backoff */
+                    a->stats_took &= ~(1u << i); /* and it may have lost our statistics */
                     change = 1;
                     al_logf(&a->log, AL_LOG_INFO, "site %s: %s answers heartbeats again",
                             a->name[a->self], a->name[i]);

@@ -135,6 +135,7 @@ typedef struct agent {
     long out_round;
     uint64_t out_epoch;
     uint32_t stats_to;           /* peers still to be sent them (bit i) */
+    uint32_t stats_took;         /* peers that took them (not sent again) */
     int hb_kick;                 /* send now */
     char refused[400];           /* a peer refused our identity (fatal): why */
     int ever_live[AG_MAX_SITES]; /* ... of any round this process committed */
@@ -146,10 +147,9 @@ typedef struct agent {
     double bytes_raw;
     double recv_base;             /* bytes received before a --resume (the servers count from 0) */
     double peer_tx[AG_MAX_SITES]; /* client bytes counted so far, per peer */
-    double peer_hbtx[AG_MAX_SITES]; /* heartbeat client bytes (statistics) counted so far */
-    double tx_retired;              /* bytes of clients replaced by fresh ones */
-    double peer_rx[AG_MAX_SITES];   /* server bytes from each peer counted so far */
-    int reconnect[AG_MAX_SITES];    /* a peer came back: replace its client */
+    double tx_retired;            /* bytes of clients replaced by fresh ones */
+    double peer_rx[AG_MAX_SITES]; /* server bytes from each peer counted so far */
+    int reconnect[AG_MAX_SITES];  /* a peer came back: replace its client */
     double h_base;
     int progress_lr; /* [outer] progress = lr */
     /* the exchange: written by server threads under mu, read by the driver */

@@ -429,23 +429,21 @@ static double sync_bytes(const agent *a, int M) {
     return M > 1 ? 2.0 * (double)(M - 1) / (double)M * (double)a->P * 4.0 : 0.0;
 }
 
-/* Bytes since the last commit: what our clients sent (exchange and
- * heartbeat clients: handshakes, statistics, state pulls, so that the
- * senders' total equals the receivers'), and what our server got. */
+/* Bytes since the last count: what our exchange clients sent (shards,
+ * handshakes, state pulls: the senders' total equals the receivers'), and
+ * what our server got. Heartbeats and statistics are control traffic, on
+ * neither side. */
 static double count_bytes(agent *a, double busy_s) {
     double sent = a->tx_retired, recv = 0;
     a->tx_retired = 0;
     for (int i = 0; i < a->nsites; i++) {
         if (i == a->self) continue;
         double dtx = 0;
-        al_client *cs[2] = {a->cli[i], a->hb_cli[i]};
-        double *seen[2] = {&a->peer_tx[i], &a->peer_hbtx[i]};
-        for (int k = 0; k < 2; k++) {
-            if (!cs[k]) continue;
+        if (a->cli[i]) {
             uint64_t tx, rx;
-            al_client_bytes(cs[k], &tx, &rx);
-            dtx += (double)tx - *seen[k];
-            *seen[k] = (double)tx;
+            al_client_bytes(a->cli[i], &tx, &rx);
+            dtx = (double)tx - a->peer_tx[i];
+            a->peer_tx[i] = (double)tx;
         }
         sent += dtx;
         uint64_t srx = 0, stx = 0;
@@ -678,11 +676,11 @@ static void do_reload(agent *a) {
 static void do_send_stats(agent *a, const al_round_action *act) {
     if (act->round != a->mine_round || a->finished) return;
     pthread_mutex_lock(&a->mu);
-    if (a->out_round != act->round || a->out_epoch != act->epoch) a->stats_to = 0;
+    if (a->out_round != act->round || a->out_epoch != act->epoch) a->stats_to = a->stats_took = 0;
     a->out_stats = a->mine;
     a->out_round = act->round;
     a->out_epoch = act->epoch;
-    a->stats_to |= 1u << act->peer;
+    if (!(a->stats_took >> act->peer & 1)) a->stats_to |= 1u << act->peer; /* once taken, done */
     a->hb_kick = 1;
     pthread_cond_broadcast(&a->hb_cv);
     pthread_mutex_unlock(&a->mu);
@@ -878,6 +876,9 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         pthread_mutex_unlock(&a->mu);
     }
+    /* the bytes since the last commit (statistics and pulls of the last round,
+     * the linger), so that the senders' totals equal the receivers' */
+    count_bytes(a, 0);
     /* the final state came by a pull: evaluate it as a commit would have */
     if (a->step >= a->cfg->inner_steps && isnan(*eval) && a->val.tok) {
         if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));

@@ -194,7 +194,8 @@ void al_server_set_round(al_server *s, uint64_t round, uint64_t epoch);
 /* What the server answers to a Hello (its site and run id are filled in). */
 void al_server_set_hello(al_server *s, const al_hello *mine);
 /* Bytes received from and sent to one peer (0 for an unknown one); heartbeats
- * (Ping) are control traffic and counted on neither side. */
+ * (Ping) and statistics (PushStats) are control traffic, counted on neither
+ * side (a client for them sets `uncounted`). */
 void al_server_bytes(al_server *s, const char *peer, uint64_t *rx, uint64_t *tx);
 /* Calls refused so far, by status (for tests and the dashboard). */
 uint64_t al_server_refusals(al_server *s, al_status st);
@@ -219,6 +220,8 @@ typedef struct al_client_cfg {
     int max_attempts;          /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
     double backoff_s, backoff_max_s; /* capped exponential backoff, full jitter (0.1, 5) */
     uint64_t seed;                   /* jitter RNG */
+    int uncounted;                   /* 1: control traffic (heartbeats, statistics): its
+                                      * bytes are in no count (al_client_bytes gives 0) */
     const al_log *log;
 } al_client_cfg;
 

@@ -590,6 +590,6 @@ const char *al_client_last_details(const al_client *c) {
 }
 
 void al_client_bytes(const al_client *c, uint64_t *tx, uint64_t *rx) {
-    *tx = c->tx;
-    *rx = c->rx;
+    *tx = c->cfg.uncounted ? 0 : c->tx;
+    *rx = c->cfg.uncounted ? 0 : c->rx;
 }

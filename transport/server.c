@@ -78,7 +78,7 @@ typedef struct call_ctx {
     char cn[AL_SITE_MAX + 1];
     char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
     int counted;      /* this call is counted in peer->active (until its status is sent) */
-    int control;      /* a heartbeat (Ping): its bytes are in no count, as the client's */
+    int control;      /* a heartbeat (Ping) or statistics: control traffic, in no count */
 } call_ctx;
 
 static void logf_(const al_server *s, al_log_level lvl, const char *fmt, ...)
@@ -678,7 +678,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         if (mlen == plen + nl && !memcmp(mp, AL_METHOD_PREFIX, plen) &&
             !memcmp(mp + plen, methods[i].name, nl)) {
             found = 1;
-            c.control = methods[i].fn == do_ping;
+            c.control = methods[i].fn == do_ping || methods[i].fn == do_stats;
             methods[i].fn(&c);
         }
     }
