@@ -417,7 +417,13 @@ static void decide_outcome(al_round *m, double now) {
         }
         return;
     }
-    if (t.seen > 0 && t.reach < m->q) { /* nobody can commit (round, epoch) */
+    /* nobody can commit (round, epoch): try the next attempt -- but only when
+     * enough sites are reachable for one to succeed. With fewer, every new
+     * attempt would be void at once (this site's null vote, the others
+     * unseen): the agent ran through a million attempts in seconds, a
+     * persisted vote each, while its only peer was down. Not voiding is
+     * always safe; the peers' statuses wake it when they are back. */
+    if (t.seen > 0 && t.reach < m->q && al_round_reachable(m) >= m->q) {
         note(m, AL_LOG_INFO, "round %ld: attempt %llu cannot reach a quorum (%d votes seen)",
              m->round, (unsigned long long)m->epoch, t.seen);
         next_epoch(m, m->epoch + 1, now);
