@@ -1,36 +1,34 @@
-/* agent_hb.c -- failure detection: heartbeats to every peer.
+/* agent_hb.c -- heartbeats, failure detection and membership events.
  *
- * A thread of its own pings every peer each [round] heartbeat_s, on a client
- * per peer that no round uses (so a round's long shard push never delays a
- * heartbeat, and a heartbeat never waits behind one). A peer that answers,
- * even with a refusal, is up; one that has answered nothing for [round]
- * peer_timeout_s is down: the thread logs it, marks it in a->down and wakes
- * the round, whose waits (statistics, shards) stop waiting for it at once
- * instead of at [round] deadline_s. When it answers again it is up again (a
- * restarted site then rejoins as before). Heartbeat bytes are control traffic,
- * in no byte count (al_transport.h). */
+ * A thread of its own pings every peer each [round] heartbeat_s (and at once
+ * when the driver has news: a vote, new statistics), on a client per peer that
+ * no round uses (so a round's long shard push never delays a heartbeat, and a
+ * heartbeat never waits behind one). Each ping carries this site's round
+ * status (al_round.h) and its answer the peer's: both land in the inbox
+ * (a->pst) that the driver feeds to the state machine. The round's statistics
+ * travel on the same clients, resent until each peer took them. A peer that
+ * answers, even with a refusal, is up; one that has answered nothing for
+ * [round] peer_timeout_s is down: the thread logs it, marks it in a->down and
+ * wakes the driver, whose exchange stops waiting for it at once instead of at
+ * [round] deadline_s. Heartbeats and statistics are control traffic, in no
+ * byte count (al_transport.h). */
 #include "agent_impl.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int make_hb_client(agent *a, int i, al_err *err) {
     const al_config *c = a->cfg;
-    al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
     /* one try per beat, answered within half a beat: a sweep over n peers
      * takes at most n/2 beats even when every peer is silent */
-    al_client_cfg cc = {.target = a->addr[i],
-                        .site = a->name[a->self],
-                        .peer = a->name[i],
-                        .run_id = c->site_run_id,
-                        .tls = tls,
-                        .insecure = (int)c->tls_insecure,
-                        .deadline_s = 0.5 * c->round_heartbeat_s,
-                        .max_attempts = 1,
-                        .backoff_s = 0.1,
-                        .backoff_max_s = AL_MAX(0.1, c->round_heartbeat_s),
-                        .seed = (uint64_t)a->self + 101,
-                        .log = NULL};
+    al_client_cfg cc = ag_client_cfg(a, i);
+    cc.deadline_s = 0.5 * c->round_heartbeat_s;
+    cc.max_attempts = 1;
+    cc.backoff_s = 0.1;
+    cc.backoff_max_s = AL_MAX(0.1, c->round_heartbeat_s);
+    cc.seed = (uint64_t)a->self + 101;
+    cc.uncounted = 1; /* pings and statistics: control traffic */
     int rc = al_client_new(&cc, &a->hb_cli[i], err);
     return rc ? al_err_prefix(err, "heartbeat client for %s", a->name[i]) : 0;
 }
@@ -44,20 +42,62 @@ static int answered(const al_client *c, int rc) {
            st != AL_ST_UNKNOWN;
 }
 
+/* One beat to peer i: our status (its answer into the inbox), then our
+ * statistics if it still needs them. Returns whether it answered. */
+static int beat(agent *a, int i, al_err *e) {
+    pthread_mutex_lock(&a->mu);
+    al_peer_status mine = a->my_status, theirs;
+    int send_stats = (int)(a->stats_to >> i & 1);
+    al_site_stats st = a->out_stats;
+    long sr = a->out_round;
+    uint64_t se = a->out_epoch;
+    pthread_mutex_unlock(&a->mu);
+    int rc = al_client_status(a->hb_cli[i], &mine, &theirs, e);
+    int ok = answered(a->hb_cli[i], rc);
+    int why = al_client_last_status(a->hb_cli[i]);
+    if (rc && (why == AL_ST_PERMISSION_DENIED || why == AL_ST_UNAUTHENTICATED)) {
+        pthread_mutex_lock(&a->mu); /* who we are is refused: no retry fixes it */
+        if (!a->refused[0])
+            snprintf(a->refused, sizeof a->refused, "site %s refused us: %.300s", a->name[i],
+                     e->msg);
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+    }
+    if (rc == 0 && theirs.have_base) {
+        pthread_mutex_lock(&a->mu);
+        a->pst[i] = theirs;
+        a->pst_new[i] = 1;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+    }
+    if (ok && send_stats) {
+        al_err se_err = {0};
+        int src = ag_push_stats(a, a->hb_cli[i], &st, sr, se, &se_err);
+        int sst = al_client_last_status(a->hb_cli[i]);
+        pthread_mutex_lock(&a->mu);
+        /* taken, or refused for good (another round): either way, not again */
+        if ((src == 0 || (sst != AL_ST_UNAVAILABLE && sst != AL_ST_DEADLINE_EXCEEDED)) &&
+            a->out_round == sr && a->out_epoch == se) {
+            a->stats_to &= ~(1u << i);
+            if (src == 0) a->stats_took |= 1u << i;
+        }
+        pthread_mutex_unlock(&a->mu);
+    }
+    return ok;
+}
+
 static void *hb_main(void *arg) {
     agent *a = arg;
-    const double beat = a->cfg->round_heartbeat_s, timeout = a->cfg->round_peer_timeout_s;
+    const double beat_s = a->cfg->round_heartbeat_s, timeout = a->cfg->round_peer_timeout_s;
     pthread_mutex_lock(&a->mu);
     while (!a->hb_stop) {
-        long round = a->cur_round;
+        a->hb_kick = 0;
         pthread_mutex_unlock(&a->mu);
         double t0 = al_now();
         for (int i = 0; i < a->nsites; i++) {
             if (i == a->self) continue;
             al_err e = {0};
-            uint64_t ms;
-            int rc = al_client_ping(a->hb_cli[i], (uint64_t)AL_MAX(round, 0), 0, &ms, &e);
-            int ok = answered(a->hb_cli[i], rc);
+            int ok = beat(a, i, &e);
             double now = al_now();
             int change = 0;
             pthread_mutex_lock(&a->mu);
@@ -66,6 +106,8 @@ static void *hb_main(void *arg) {
                 a->hb_seen[i] = now;
                 if (a->down[i]) {
                     a->down[i] = 0;
+                    a->reconnect[i] = 1;         /* it was gone: a fresh channel, no backoff */
+                    a->stats_took &= ~(1u << i); /* and it may have lost our statistics */
                     change = 1;
                     al_logf(&a->log, AL_LOG_INFO, "site %s: %s answers heartbeats again",
                             a->name[a->self], a->name[i]);
@@ -77,8 +119,8 @@ static void *hb_main(void *arg) {
                         "site %s: no heartbeat answered by %s for %.1f s ([round] peer_timeout_s "
                         "= %g): it is down (%s)",
                         a->name[a->self], a->name[i], now - a->hb_seen[i], timeout, e.msg);
-                pthread_cond_broadcast(&a->cv); /* a round waiting for it stops waiting */
             }
+            pthread_cond_broadcast(&a->cv); /* the driver: news, or a peer down */
             pthread_mutex_unlock(&a->mu);
             /* the event log and /metrics (membership itself changes at commits) */
             if (change) ag_event_at(a, change > 0 ? "up" : "down", a->name[i], r, step);
@@ -86,12 +128,13 @@ static void *hb_main(void *arg) {
         }
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        double wait = AL_MAX(0.0, beat - (al_now() - t0));
+        double wait = AL_MAX(0.0, beat_s - (al_now() - t0));
         double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + wait;
         until.tv_sec = (time_t)t;
         until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
         pthread_mutex_lock(&a->mu);
-        while (!a->hb_stop && pthread_cond_timedwait(&a->hb_cv, &a->mu, &until) != ETIMEDOUT) {
+        while (!a->hb_stop && !a->hb_kick &&
+               pthread_cond_timedwait(&a->hb_cv, &a->mu, &until) != ETIMEDOUT) {
         }
     }
     pthread_mutex_unlock(&a->mu);
@@ -131,4 +174,24 @@ void ag_hb_stop(agent *a) {
             al_client_free(a->hb_cli[i]);
             a->hb_cli[i] = NULL;
         }
+}
+
+/* ---- membership events ---------------------------------------------------------------- */
+
+void ag_event_line(agent *a, const char *line) {
+    if (!a->events || !line) return;
+    pthread_mutex_lock(&a->ev_mu);
+    fprintf(a->events, "%s\n", line);
+    fflush(a->events);
+    pthread_mutex_unlock(&a->ev_mu);
+}
+
+void ag_event_at(agent *a, const char *kind, const char *site, long round, long step) {
+    char *line = al_metrics_event(&a->met, kind, site, round, step);
+    ag_event_line(a, line);
+    free(line);
+}
+
+void ag_event(agent *a, const char *kind, const char *site) {
+    ag_event_at(a, kind, site, a->round, a->step);
 }

@@ -1,5 +1,10 @@
-/* agent_impl.h -- the agent's private state, shared by agent.c (the driver)
- * and agent_net.c (the network side of a round). Not a public header. */
+/* agent_impl.h -- the agent's private state, shared by its parts: agent.c
+ * (set-up, the run, checkpoints), agent_round.c (the driver: the round
+ * protocol's Ready loop, training, commits), agent_net.c (server hooks, the
+ * exchange, state pulls), agent_hb.c (heartbeats carrying the round status,
+ * membership events). Dependencies run one way: agent.c -> agent_round.c ->
+ * agent_net.c, agent_hb.c; the state machine (round.c) knows none of them.
+ * Not a public header. */
 #ifndef AL_AGENT_IMPL_H
 #define AL_AGENT_IMPL_H
 
@@ -16,21 +21,23 @@
 #include "al_odc.h"
 #include "al_outer.h"
 #include "al_policy.h"
+#include "al_round.h"
 #include "al_transport.h"
 
 #define AG_MAX_SITES 16
-/* Shard ids name the membership too: shard k of M has id M(M-1)/2 + k, so a
- * redone exchange (fewer members) never collides with the first attempt in
- * the transport's table of transfers. Ids run below AG_SHARD_SPACE. */
-#define AG_SHARD_SPACE (AG_MAX_SITES * (AG_MAX_SITES + 1) / 2)
-static inline int ag_shard_code(int M, int k) {
-    return M * (M - 1) / 2 + k;
+/* A shard names its attempt: ShardChunk.epoch carries the round's epoch (the
+ * attempt, al_round.h) above 16 bits and the attempt's members (bit i = site
+ * i) below; shard_id is k, the owner's index among the members. So attempts
+ * with other members or another epoch never collide in the transport's table
+ * of transfers, and a receiver sees at once that a peer is in another one. */
+static inline uint64_t ag_attempt_tag(uint64_t epoch, uint32_t members) {
+    return epoch << 16 | (members & 0xffffu);
 }
-static inline void ag_shard_decode(int code, int *M, int *k) {
-    int m = 1;
-    while ((m + 1) * m / 2 <= code) m++;
-    *M = m;
-    *k = code - m * (m - 1) / 2;
+static inline uint64_t ag_tag_epoch(uint64_t tag) {
+    return tag >> 16;
+}
+static inline uint32_t ag_tag_members(uint64_t tag) {
+    return (uint32_t)(tag & 0xffffu);
 }
 
 /* A received shard: the buffer the transport writes into, and its header. */
@@ -72,6 +79,7 @@ typedef struct agent {
     al_metrics met;
     al_http *http;
     FILE *events;
+    pthread_mutex_t ev_mu; /* whole lines into the event log from any thread */
     /* local training */
     al_model_config mc;
     al_train_opts o;
@@ -88,7 +96,48 @@ typedef struct agent {
     al_policy *pol;
     al_commit_codec cc; /* the codec and its encode buffer */
     long round, step, h;
-    int live[AG_MAX_SITES];      /* members of the last committed round */
+    int live[AG_MAX_SITES]; /* members of the last committed round */
+    /* the round protocol (al_round.h), driven by agent_round.c */
+    al_round rm;
+    int rm_on;                        /* rm is initialised */
+    al_quorum quorum;                 /* [round] quorum */
+    const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
+    int resumed;                      /* started with --resume: the persisted vote counts */
+    int finished;                     /* the last commit is done (budget or signal): linger */
+    double linger_until;              /* ... until the peers saw it, at most this long */
+    al_outer cand;                    /* the candidate outer state beside a->outer */
+    int have_cand;                    /* cand holds the candidate of (cand_round, cand_epoch) */
+    al_commit_decision cand_d;        /* its decision */
+    char pol_before[2048];            /* the policy's state before the candidate's decision */
+    int cand_mem[AG_MAX_SITES];       /* its members (site ids, increasing) and statistics */
+    al_site_stats cand_st[AG_MAX_SITES];
+    int cand_M;
+    al_site_stats mine;                       /* this site's statistics for round mine_round */
+    long mine_round;                          /* -1: none */
+    long step0;                               /* a->step when this round's interval began */
+    double t_round0, t_train_end, t_comm_end; /* this round's clock: start, interval, exchange */
+    int shook[AG_MAX_SITES];                  /* handshake (config check) done with the peer */
+    long fed_round[AG_MAX_SITES];             /* statistics fed to the machine: (round, epoch) */
+    uint64_t fed_epoch[AG_MAX_SITES];
+    long misfit_round[AG_MAX_SITES]; /* statistics that did not fit were logged for it */
+    double fed_heard[AG_MAX_SITES];  /* hb_seen value last fed as a status */
+    al_outer pulled;                 /* a state pulled (AL_ACT_SYNC), adopted by AL_ACT_ADOPT */
+    int have_pulled;
+    long pulled_round, pulled_step, pulled_h;
+    int pulled_from;
+    char pulled_policy[2048];
+    char health[96]; /* the machine's "no quorum: ..." as last reported */
+    /* the inbox and outbox of the heartbeats (agent_hb.c), under mu */
+    al_peer_status pst[AG_MAX_SITES]; /* a peer's latest status */
+    int pst_new[AG_MAX_SITES];        /* ... not yet fed to the machine */
+    al_peer_status my_status;         /* ours, sent with every heartbeat */
+    al_site_stats out_stats;          /* statistics to send for (out_round, out_epoch) */
+    long out_round;
+    uint64_t out_epoch;
+    uint32_t stats_to;           /* peers still to be sent them (bit i) */
+    uint32_t stats_took;         /* peers that took them (not sent again) */
+    int hb_kick;                 /* send now */
+    char refused[400];           /* a peer refused our identity (fatal): why */
     int ever_live[AG_MAX_SITES]; /* ... of any round this process committed */
     double xchg_s; /* seconds the last reduce-scatter + all-gather took (0: none yet); sent
                     * as the next statistics' comm_s for the policies' bandwidth floor */
@@ -106,16 +155,16 @@ typedef struct agent {
     /* the exchange: written by server threads under mu, read by the driver */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    long cur_round;                       /* the round slots of parity r&1 are for */
-    long cur_step;                        /* inner steps done when cur_round began */
-    int exchanging;                       /* members of cur_round are settled */
-    ag_slot reduce[2][AG_MAX_SITES];      /* [round&1][sender]: its part of my shard */
-    ag_slot gather[2][AG_MAX_SITES];      /* [round&1][sender]: the mean shard its owner sent */
-    al_site_stats stats[2][AG_MAX_SITES]; /* [round&1][site] */
-    int have_stats[2][AG_MAX_SITES];
-    long joining[AG_MAX_SITES]; /* round a pulling site will join, or -1 */
-    ag_snapshot *snap;          /* the newest published state (NULL before the first) */
-    ag_interval iv;             /* the interval in progress (saved in checkpoints) */
+    long cur_round;                        /* the round slots of parity r&1 are for */
+    long cur_step;                         /* inner steps done when cur_round began */
+    int exchanging;                        /* members of cur_round are settled */
+    ag_slot reduce[2][AG_MAX_SITES];       /* [round&1][sender]: its part of my shard */
+    ag_slot gather[2][AG_MAX_SITES];       /* [round&1][sender]: the mean shard its owner sent */
+    al_site_stats stats[2][AG_MAX_SITES];  /* [round&1][site] */
+    int have_stats[2][AG_MAX_SITES];       /* round + 1 of stats[][], 0: none */
+    uint64_t stats_epoch[2][AG_MAX_SITES]; /* ... and its attempt (epoch) */
+    ag_snapshot *snap;                     /* the newest published state (NULL before the first) */
+    ag_interval iv;                        /* the interval in progress (saved in checkpoints) */
     /* fault injection for tests (env AL_FAULT=interval:R or stats:R): die by
      * SIGKILL halfway through round R's interval, or right after sending
      * round R's statistics (in the middle of the sync) */
@@ -129,6 +178,8 @@ typedef struct agent {
                                   * (a site that neither answers nor refuses) */
     int fault_badstate;          /* AL_FAULT=badstate: serve half of θ's state to joiners */
     double fault_poison;         /* AL_FAULT=poison:V: send V in every element of Δ */
+    long fault_corrupt;          /* AL_FAULT=corrupt:R: flip a bit of θ_global and of the
+                                  * published copy halfway through round R's interval */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
     /* robust aggregation: members of the committed round whose Δ was left out
      * of the mean ([outer] max_delta_ratio) */
@@ -146,6 +197,19 @@ typedef struct agent {
 /* agent_hb.c: heartbeats and failure detection. Start after ag_net_start. */
 int ag_hb_start(agent *a, al_err *err);
 void ag_hb_stop(agent *a);
+/* The client settings every channel to peer i shares (who we are, whom we
+ * mean, TLS); callers add deadlines, attempts and backoff. */
+static inline al_client_cfg ag_client_cfg(const agent *a, int i) {
+    const al_config *c = a->cfg;
+    al_client_cfg cc = {.target = a->addr[i],
+                        .site = a->name[a->self],
+                        .peer = a->name[i],
+                        .run_id = c->site_run_id,
+                        .tls = {c->tls_ca, c->tls_cert, c->tls_key},
+                        .insecure = (int)c->tls_insecure,
+                        .log = NULL};
+    return cc;
+}
 /* A configured site's index, or -1. */
 static inline int ag_site_id(const agent *a, const char *name) {
     for (int i = 0; i < a->nsites; i++)
@@ -163,28 +227,53 @@ static inline int ag_down(const agent *a, int i) {
     return a->down[i];
 }
 
-/* agent_net.c */
+/* agent_net.c: the server hooks, the exchange, state pulls */
 int ag_net_start(agent *a, al_err *err);
 void ag_net_stop(agent *a);
-/* Publish the committed state for joiners (copies it). */
+/* Publish the committed state for peers that pull it (copies it). */
 int ag_publish_state(agent *a, al_err *err);
-/* Handshake with every peer; a site behind the others pulls their state and
- * waits for the round in progress to commit. Sets a->live. */
-int ag_join(agent *a, al_err *err);
-/* The network part of round a->round: statistics, reduce-scatter,
- * all-gather. On return a->dbar holds Δ̄, members[] the sites that took part
- * and stats[] their statistics. */
-int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats *stats, int *m,
-                al_err *err);
+/* Shake hands with peer i: both must run the same configuration. 0: done;
+ * AL_EMISMATCH: it runs another (fatal); else not reachable now. */
+int ag_handshake(agent *a, int i, al_err *err);
+/* Do a peer's statistics fit this site's for the round? Else why. */
+int ag_stats_fit(const al_site_stats *mine, const al_site_stats *theirs, char *why, size_t n);
+/* Send our statistics for (a->round, epoch) to peer i (one try). */
+int ag_push_stats(agent *a, al_client *c, const al_site_stats *mine, long round, uint64_t epoch,
+                  al_err *err);
+/* The Δ exchange of (a->round, epoch) among the M members mem[] (site ids,
+ * increasing; `members` as a bit set) with statistics st[]: reduce-scatter,
+ * then all-gather; on return a->dbar holds Δ̄. On failure *peer names the
+ * member at fault (-1: none known). Sets a->excluded ([outer] max_delta_ratio). */
+int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
+                int M, int *peer, al_err *err);
+/* Pull the committed state (θ_global, outer and policy state) from peer i
+ * into a->pulled*; checked against the hash its metadata names. */
+int ag_pull(agent *a, int i, al_err *err);
 /* Our handshake: site, run, round, hashes, members. */
 void ag_hello(agent *a, al_hello *h);
 /* Start accepting round r (moves the receive window, frees old slots). */
 void ag_set_round(agent *a, long r);
-/* A membership event ("drop", "join", "rejoin"; "down", "up" from the
- * heartbeats) about `site`: into the
+
+/* agent_hb.c: membership events. A membership event ("drop", "join",
+ * "rejoin", "down", "up", "no-quorum", "quorum") about `site`: into the
  * metrics (dashboard, /metrics, /api/v1/status) and the event log. */
 void ag_event(agent *a, const char *kind, const char *site);
 /* The same from another thread (the heartbeats'), at a round and step it read under mu. */
 void ag_event_at(agent *a, const char *kind, const char *site, long round, long step);
+/* A round record or other line into the event log (one call: whole lines). */
+void ag_event_line(agent *a, const char *line);
+
+/* agent_round.c: the driver */
+/* Run rounds until the step budget, a stop signal (*a->stop) or an error;
+ * *eval gets the last evaluation (NAN: none). */
+int ag_drive(agent *a, double *eval, al_err *err);
+/* The workers' data source (W > 1), for al_odc_init. */
+int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err);
+/* θ_local: the trainer's parameters (W = 1) or the workers' shared ones. */
+float *ag_theta_local(agent *a);
+
+/* agent_ckpt.c: checkpoints (the trainer's, plus outer.bin and agent.json) */
+int ag_save(agent *a, al_err *err);
+int ag_load(agent *a, const char *path, al_err *err);
 
 #endif

@@ -1,7 +1,8 @@
-/* agent_net.c -- the network side of the agent: server hooks and the round's
- * exchange (statistics, reduce-scatter, all-gather); joining a run in
- * progress is in agent_join.c, failure detection in agent_hb.c. See
- * al_agent.h for the protocol. */
+/* agent_net.c -- the network side of the agent: server hooks (shards,
+ * statistics, state, heartbeats' statuses), the round's Δ exchange
+ * (reduce-scatter, all-gather), state pulls and the configuration handshake.
+ * It carries out what the driver (agent_round.c) asks and decides nothing
+ * about membership: that is the round protocol's (al_round.h). */
 #include "agent_impl.h"
 
 #include <errno.h>
@@ -26,17 +27,22 @@ static int wait_until(agent *a, const struct timespec *abs) {
 
 /* ---- server hooks (server threads) --------------------------------------------------- */
 
-/* The slot a shard lands in: by sender in both phases (the id names the shard
- * and the membership size, see ag_shard_code). A gathered mean shard is read
- * from its owner's slot only, so no member can write the mean of a shard it
- * does not own: a shard id other than the sender's own index never matches. */
+/* The slot a shard lands in: by sender in both phases (the tag in its epoch
+ * names the attempt, see ag_attempt_tag). A gathered mean shard is read from
+ * its owner's slot only, so no member can write the mean of a shard it does
+ * not own: a shard id other than the sender's own index never matches. */
 static ag_slot *slot_for(agent *a, const al_shard_meta *m, int sender) {
-    int p = (int)(m->round & 1), M, k;
-    if (m->shard_id >= AG_SHARD_SPACE) return NULL;
-    ag_shard_decode((int)m->shard_id, &M, &k);
+    int p = (int)(m->round & 1);
+    if (m->shard_id >= AG_MAX_SITES) return NULL;
     if (m->phase == AL_PHASE_REDUCE) return &a->reduce[p][sender];
-    if (m->phase == AL_PHASE_GATHER && k < AG_MAX_SITES) return &a->gather[p][sender];
+    if (m->phase == AL_PHASE_GATHER) return &a->gather[p][sender];
     return NULL;
+}
+
+static int popcount32(uint32_t x) {
+    int n = 0;
+    for (; x; x &= x - 1) n++;
+    return n;
 }
 
 /* The most bytes shard k of M may take encoded: its values (P·(k+1)/M −
@@ -54,9 +60,8 @@ static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, si
     int sender = ag_site_id(a, m->site);
     pthread_mutex_lock(&a->mu);
     ag_heard(a, sender); /* every call of a peer is a heartbeat */
-    int st = 0, M = 0, k = 0;
+    int st = 0, M = popcount32(ag_tag_members(m->epoch)), k = (int)m->shard_id;
     ag_slot *s = sender >= 0 ? slot_for(a, m, sender) : NULL;
-    if (s) ag_shard_decode((int)m->shard_id, &M, &k);
     uint64_t most = s ? shard_max_bytes(a, M, k) : 0;
     if (!s) {
         snprintf(why, n, "shard from '%s' (phase %u, shard %u): no place for it", m->site, m->phase,
@@ -73,7 +78,7 @@ static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, si
                  a->cur_round);
         st = AL_ST_FAILED_PRECONDITION;
     } else if (s->state != 0 && s->meta.round == m->round && s->meta.shard_id == m->shard_id &&
-               !strcmp(s->meta.site, m->site)) {
+               s->meta.epoch == m->epoch && !strcmp(s->meta.site, m->site)) {
         snprintf(why, n, "shard %u of round %llu from '%s' already %s", m->shard_id,
                  (unsigned long long)m->round, m->site, s->state == 2 ? "received" : "arriving");
         st = AL_ST_ALREADY_EXISTS;
@@ -143,14 +148,15 @@ static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
         d->compute_s = s->compute_s;
         d->comm_s = s->comm_s;
         a->have_stats[p][id] = (int)s->round + 1; /* which round, +1 so 0 means none */
+        a->stats_epoch[p][id] = s->epoch;
         pthread_cond_broadcast(&a->cv);
     }
     pthread_mutex_unlock(&a->mu);
     return st;
 }
 
-/* THETA: the outer state; META: the committed round as JSON (a poll); MOMENTUM
- * is used as "register": the caller will join the round after the current one. */
+/* THETA: the outer state; META (and MOMENTUM, an older name for it): the
+ * committed round as JSON, with θ_global's hash. */
 static void snapshot_free(ag_snapshot *sn) {
     if (!sn) return;
     free(sn->outer);
@@ -174,16 +180,6 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
         *len = sn->outer_len;
         if (a->fault_badstate) *len /= 2; /* test hook: a peer serving a state that does not fit */
     } else if (part == AL_STATE_META || part == AL_STATE_MOMENTUM) {
-        if (part == AL_STATE_MOMENTUM && id >= 0) {
-            /* registration for the round after the one this reply names: the
-             * joiner counts from the snapshot it gets back, so we must too.
-             * (a->round runs ahead of the snapshot between a commit and its
-             * publication: registering from it put the joiner one round later
-             * here than at the other peers, and the sites' states parted.) */
-            a->joining[id] = sn->round + 1;
-            a->reconnect[id] = 1; /* it was gone: a fresh channel, no backoff */
-            pthread_cond_broadcast(&a->cv);
-        }
         *data = (const uint8_t *)sn->meta;
         *len = sn->meta_len;
     } else {
@@ -206,28 +202,36 @@ static void hk_state_done(void *u, void *ref) {
     pthread_mutex_unlock(&a->mu);
 }
 
+/* A heartbeat: the peer's status into the inbox, ours into the reply. */
+static void hk_status(void *u, const char *site, const al_peer_status *theirs,
+                      al_peer_status *mine) {
+    agent *a = u;
+    int id = ag_site_id(a, site);
+    pthread_mutex_lock(&a->mu);
+    ag_heard(a, id);
+    if (id >= 0 && id != a->self && theirs->have_base) {
+        a->pst[id] = *theirs;
+        a->pst_new[id] = 1;
+        pthread_cond_broadcast(&a->cv);
+    }
+    *mine = a->my_status;
+    pthread_mutex_unlock(&a->mu);
+}
+
 /* ---- start and stop ---------------------------------------------------------------- */
 
 /* A client for peer i (a new channel: no reconnect backoff inherited). */
 static int make_client(agent *a, int i, al_err *err) {
     const al_config *c = a->cfg;
-    al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
-    al_client_cfg cc = {.target = a->addr[i],
-                        .site = a->name[a->self],
-                        .peer = a->name[i],
-                        .run_id = c->site_run_id,
-                        .tls = tls,
-                        .insecure = (int)c->tls_insecure,
-                        .deadline_s = c->round_deadline_s,
-                        /* statistics and pings are small: a peer that does not
-                         * answer one within half its timeout is not waited on
-                         * for a whole round deadline */
-                        .control_deadline_s = 0.5 * c->round_peer_timeout_s,
-                        .max_attempts = 3,
-                        .backoff_s = 0.1,
-                        .backoff_max_s = 1.0,
-                        .seed = (uint64_t)a->self + 1,
-                        .log = NULL};
+    al_client_cfg cc = ag_client_cfg(a, i);
+    cc.deadline_s = c->round_deadline_s;
+    /* statistics and pings are small: a peer that does not answer one within
+     * half its timeout is not waited on for a whole round deadline */
+    cc.control_deadline_s = 0.5 * c->round_peer_timeout_s;
+    cc.max_attempts = 3;
+    cc.backoff_s = 0.1;
+    cc.backoff_max_s = 1.0;
+    cc.seed = (uint64_t)a->self + 1;
     if (a->cli[i]) {
         uint64_t tx, rx;
         al_client_bytes(a->cli[i], &tx, &rx);
@@ -240,6 +244,25 @@ static int make_client(agent *a, int i, al_err *err) {
     return rc ? al_err_prefix(err, "peer %s (%s)", a->name[i], a->addr[i]) : 0;
 }
 
+/* Peers that came back (agent_hb.c saw them answer again) get a fresh
+ * channel before the next call: no reconnect backoff inherited from the
+ * outage. */
+static int refresh_clients(agent *a, al_err *err) {
+    int fresh[AG_MAX_SITES];
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nsites; i++) {
+        fresh[i] = a->reconnect[i];
+        a->reconnect[i] = 0;
+    }
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < a->nsites; i++)
+        if (fresh[i] && i != a->self) {
+            int rc = make_client(a, i, err);
+            if (rc) return rc;
+        }
+    return 0;
+}
+
 int ag_net_start(agent *a, al_err *err) {
     const al_config *c = a->cfg;
     const char *peers[AG_MAX_SITES];
@@ -247,21 +270,23 @@ int ag_net_start(agent *a, al_err *err) {
     for (int i = 0; i < a->nsites; i++)
         if (i != a->self) peers[np++] = a->name[i];
     al_tls_paths tls = {c->tls_ca, c->tls_cert, c->tls_key};
-    al_server_cfg sc = {.listen = c->site_listen,
-                        .site = a->name[a->self],
-                        .run_id = c->site_run_id,
-                        .peers = peers,
-                        .npeers = (size_t)np,
-                        .tls = tls,
-                        .insecure = (int)c->tls_insecure,
-                        /* two calls per peer, each with its own threads, plus
-                         * two: no peer can take a thread another one needs */
-                        .threads = AL_MIN(130, 2 * np + 2),
-                        .per_peer_calls = 2,
-                        .num_shards = AG_SHARD_SPACE,
-                        .idle_timeout_s = c->round_deadline_s,
-                        .hooks = {a, hk_open, hk_done, hk_stats, hk_state, hk_state_done},
-                        .log = &a->log};
+    al_server_cfg sc = {
+        .listen = c->site_listen,
+        .site = a->name[a->self],
+        .run_id = c->site_run_id,
+        .peers = peers,
+        .npeers = (size_t)np,
+        .tls = tls,
+        .insecure = (int)c->tls_insecure,
+        /* two calls per peer, each with its own threads, plus
+         * two: no peer can take a thread another one needs */
+        .threads = AL_MIN(130, 2 * np + 2),
+        .per_peer_calls = 2,
+        .num_shards = AG_MAX_SITES,
+        .idle_timeout_s = c->round_deadline_s,
+        .attempts = 1,
+        .hooks = {a, hk_open, hk_done, hk_stats, hk_state, hk_state_done, hk_status},
+        .log = &a->log};
     int rc = al_server_start(&sc, &a->srv, err);
     if (rc) return al_err_prefix(err, "[site] listen %s", c->site_listen);
     for (int i = 0; i < a->nsites && rc == 0; i++)
@@ -322,9 +347,11 @@ int ag_publish_state(agent *a, al_err *err) {
     json_t *members = json_array();
     for (int i = 0; i < a->nsites; i++)
         if (a->live[i]) json_array_append_new(members, json_string(a->name[i]));
-    json_t *m =
-        json_pack("{s:I, s:I, s:I, s:s, s:o}", "round", (json_int_t)a->round, "step",
-                  (json_int_t)a->step, "h", (json_int_t)a->h, "policy", pol, "members", members);
+    char th[65];
+    al_outer_hash(&a->outer, th);
+    json_t *m = json_pack("{s:I, s:I, s:I, s:s, s:o, s:s}", "round", (json_int_t)a->round, "step",
+                          (json_int_t)a->step, "h", (json_int_t)a->h, "policy", pol, "members",
+                          members, "theta", th);
     char *js = json_dumps(m, JSON_COMPACT);
     json_decref(m);
     if (!js) {
@@ -350,7 +377,7 @@ int ag_publish_state(agent *a, al_err *err) {
     return 0;
 }
 
-static void hex_to_bytes(const char *hex, uint8_t out[32]) {
+static void hex_bytes(const char *hex, uint8_t out[32]) {
     for (int k = 0; k < 32; k++) {
         unsigned v = 0;
         sscanf(hex + 2 * k, "%2x", &v);
@@ -363,25 +390,47 @@ void ag_hello(agent *a, al_hello *h) {
     snprintf(h->site, sizeof h->site, "%s", a->name[a->self]);
     snprintf(h->run_id, sizeof h->run_id, "%s", a->cfg->site_run_id);
     h->round = (uint64_t)a->round;
-    hex_to_bytes(a->run_hash, h->config_hash);
+    hex_bytes(a->run_hash, h->config_hash);
     char th[65];
     al_outer_hash(&a->outer, th);
-    hex_to_bytes(th, h->theta_hash);
+    hex_bytes(th, h->theta_hash);
     h->next_interval = (uint32_t)a->h;
     for (int i = 0; i < a->nsites && h->n_members < 16; i++)
         if (a->live[i])
             snprintf(h->members[h->n_members++], sizeof h->members[0], "%s", a->name[i]);
 }
 
-/* ---- the round's exchange ------------------------------------------------------------- */
+/* ---- the configuration handshake ---------------------------------------------------- */
 
-/* Send our statistics; a peer that is momentarily a round behind (it is still
- * joining) answers FAILED_PRECONDITION: try again until the round deadline. */
+int ag_handshake(agent *a, int i, al_err *err) {
+    al_hello mine, theirs;
+    ag_hello(a, &mine);
+    int rc = al_client_hello(a->cli[i], &mine, &theirs, err);
+    if (rc) {
+        int st = al_client_last_status(a->cli[i]);
+        if (st == AL_ST_PERMISSION_DENIED || st == AL_ST_UNAUTHENTICATED ||
+            st == AL_ST_FAILED_PRECONDITION) /* no retry fixes these */
+            return al_err_prefix(err, "site %s refused us", a->name[i]), AL_EMISMATCH;
+        return rc;
+    }
+    if (memcmp(theirs.config_hash, mine.config_hash, 32) != 0) {
+        char h[65];
+        for (int k = 0; k < 32; k++) sprintf(h + 2 * k, "%02x", theirs.config_hash[k]);
+        return al_errf(err, AL_EMISMATCH,
+                       "site %s runs a different configuration (run hash %.16s, ours %.16s): "
+                       "[model], [inner] recipe, [outer] and [policy] must match",
+                       a->name[i], h, a->run_hash);
+    }
+    return 0;
+}
+
+/* ---- statistics ------------------------------------------------------------------------ */
+
 /* A peer's statistics fit this round: valid on their own (finite, in range),
  * and the same interval as ours (steps and the schedule's lr sum), so that
  * combining them cannot fail. Otherwise the peer is left out of the round,
  * with why. */
-static int stats_fit(const al_site_stats *mine, const al_site_stats *theirs, char *why, size_t n) {
+int ag_stats_fit(const al_site_stats *mine, const al_site_stats *theirs, char *why, size_t n) {
     al_err e = {0};
     if (theirs->tokens < 0) { /* the wire's uint64 above INT64_MAX, see hk_stats */
         snprintf(why, n, "its statistics say %s tokens, out of range", "2^63 or more");
@@ -404,24 +453,13 @@ static int stats_fit(const al_site_stats *mine, const al_site_stats *theirs, cha
     return 1;
 }
 
-static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err *err);
-static int push_stats(agent *a, const al_site_stats *mine, int peer, al_err *err) {
-    double end = al_now() + a->cfg->round_deadline_s;
-    for (;;) {
-        int rc = push_stats_once(a, mine, peer, err);
-        if (rc == 0 || al_client_last_status(a->cli[peer]) != AL_ST_FAILED_PRECONDITION ||
-            al_now() > end)
-            return rc;
-        struct timespec ts = {0, 100 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err *err) {
+int ag_push_stats(agent *a, al_client *c, const al_site_stats *mine, long round, uint64_t epoch,
+                  al_err *err) {
     al_stats s;
     memset(&s, 0, sizeof s);
     snprintf(s.site, sizeof s.site, "%s", a->name[a->self]);
-    s.round = (uint64_t)a->round;
+    s.round = (uint64_t)round;
+    s.epoch = epoch;
     s.mean_loss = mine->loss;
     s.grad_norm = mine->grad_norm;
     s.delta_sq_norm = mine->delta_sq;
@@ -430,60 +468,104 @@ static int push_stats_once(agent *a, const al_site_stats *mine, int peer, al_err
     s.comm_s = mine->comm_s;
     s.tokens = (uint64_t)mine->tokens;
     s.steps = (uint32_t)mine->steps;
-    if (a->round == a->fault_badstats) s.steps += 1; /* test hooks: a peer that lies */
-    if (a->round == a->fault_badtokens) s.tokens = UINT64_MAX;
-    return al_client_push_stats(a->cli[peer], &s, err);
+    if (round == a->fault_badstats) s.steps += 1; /* test hooks: a peer that lies */
+    if (round == a->fault_badtokens) s.tokens = UINT64_MAX;
+    return al_client_push_stats(c, &s, err);
 }
 
-static int push_shard(agent *a, int peer, uint32_t phase, int k, int M, size_t len, al_err *err) {
+/* ---- the round's exchange ------------------------------------------------------------- */
+
+static int push_shard(agent *a, int peer, uint32_t phase, int k, uint64_t tag, size_t len,
+                      al_err *err) {
     al_shard_meta m;
     memset(&m, 0, sizeof m);
     snprintf(m.site, sizeof m.site, "%s", a->name[a->self]);
     m.round = (uint64_t)a->round;
+    m.epoch = tag;
     m.phase = phase;
-    m.shard_id = (uint32_t)ag_shard_code(M, k);
-    m.num_shards = AG_SHARD_SPACE;
+    m.shard_id = (uint32_t)k;
+    m.num_shards = AG_MAX_SITES;
     m.total_bytes = len;
     m.codec = a->cc.cfg.kind;
     m.zstd = a->cc.cfg.zstd;
     m.shard_checksum = al_xxh64(a->cc.enc, len, 0);
     int rc = al_client_push_shard(a->cli[peer], &m, a->cc.enc, err);
     /* A retried push whose first try did arrive (its reply was lost or late):
-     * the peer holds this very shard -- the same sender, round and id, hence
-     * the same bytes -- so it is done. */
+     * the peer holds this very shard -- the same sender, round, attempt and
+     * id, hence the same bytes -- so it is done. */
     if (rc && al_client_last_status(a->cli[peer]) == AL_ST_ALREADY_EXISTS) rc = 0;
     return rc;
 }
 
-/* Is slot s a complete shard of this round and attempt? */
-static int slot_ok(const agent *a, const ag_slot *s, int k, int M) {
-    return s->state == 2 && (long)s->meta.round == a->round &&
-           (int)s->meta.shard_id == ag_shard_code(M, k);
+/* Is slot s a complete shard k of this round and attempt? */
+static int slot_ok(const agent *a, const ag_slot *s, int k, uint64_t tag) {
+    return s->state == 2 && (long)s->meta.round == a->round && s->meta.epoch == tag &&
+           (int)s->meta.shard_id == k;
 }
 
-/* Has a peer already moved to an attempt with fewer members (it dropped a
- * site we still count)? Called under a->mu. */
-static int moved_on(agent *a, int p, int M) {
-    for (int i = 0; i < AG_MAX_SITES; i++) {
-        const ag_slot *s[2] = {&a->reduce[p][i], &a->gather[p][i]};
-        for (int k = 0; k < 2; k++) {
-            int m2, k2;
-            if (s[k]->state == 0 || (long)s[k]->meta.round != a->round) continue;
-            ag_shard_decode((int)s[k]->meta.shard_id, &m2, &k2);
-            if (m2 < M) return 1;
+/* Has member i left this attempt? Its shard or status names a later attempt
+ * or round, another membership in this epoch, or a vote (it will send no
+ * more). Called under a->mu. */
+static int gone_elsewhere(agent *a, int i, uint64_t epoch, uint32_t members, const char **why) {
+    int p = (int)(a->round & 1);
+    const ag_slot *s[2] = {&a->reduce[p][i], &a->gather[p][i]};
+    for (int k = 0; k < 2; k++) {
+        if (s[k]->state == 0 || (long)s[k]->meta.round != a->round) continue;
+        uint64_t e = ag_tag_epoch(s[k]->meta.epoch);
+        if (e > epoch || (e == epoch && ag_tag_members(s[k]->meta.epoch) != members)) {
+            *why = "it is in another attempt";
+            return 1;
         }
+    }
+    const al_peer_status *st = &a->pst[i];
+    if (!st->have_base) return 0;
+    if ((long)st->round > a->round || (st->round == (uint64_t)a->round && st->epoch > epoch)) {
+        *why = "it moved on";
+        return 1;
+    }
+    if (st->round == (uint64_t)a->round && st->epoch == epoch && st->vote != AL_VOTE_NONE &&
+        !(st->vote == AL_VOTE_HASH && st->members == members)) {
+        *why = st->vote == AL_VOTE_NULL ? "it voted null" : "it voted with other members";
+        return 1;
     }
     return 0;
 }
-#define AG_PROBE (-2) /* *dead: a peer moved on; find out who is gone */
 
-/* Robust aggregation ([outer] max_delta_ratio = k): a member whose ‖Δ^m‖ is
+/* Wait until every member but us has slot k complete in `slots` (k = -1: each
+ * member's own index). 0, or an error with *peer set. Under a->mu. */
+static int wait_slots(agent *a, ag_slot (*slots)[AG_MAX_SITES], const int *mem, int M, int me,
+                      int kfix, uint64_t epoch, uint32_t members, int *peer, const char *what,
+                      al_err *err) {
+    int p = (int)(a->round & 1);
+    uint64_t tag = ag_attempt_tag(epoch, members);
+    struct timespec dl;
+    deadline_in(&dl, a->cfg->round_deadline_s);
+    for (;;) {
+        int missing = -1;
+        for (int j = 0; j < M && missing < 0; j++)
+            if (j != me && !slot_ok(a, &slots[p][mem[j]], kfix >= 0 ? kfix : j, tag))
+                missing = mem[j];
+        if (missing < 0) return 0;
+        *peer = missing;
+        const char *why = NULL;
+        if (ag_down(a, missing))
+            return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
+                           a->name[missing]);
+        if (gone_elsewhere(a, missing, epoch, members, &why))
+            return al_errf(err, AL_EPEER, "round %ld: no %s from %s: %s", a->round, what,
+                           a->name[missing], why);
+        if (!wait_until(a, &dl))
+            return al_errf(err, AL_ETIMEOUT, "round %ld: no %s from %s within %.0f s", a->round,
+                           what, a->name[missing], a->cfg->round_deadline_s);
+    }
+}
+
+/* Robust aggregation ([outer] max_delta_ratio = k): a member whose ‖Δ‖ is
  * more than k × the median over the members is left out of the mean (it stays
  * a member: it sends and receives shards and gets the same θ_global). The
  * decision uses only the members' statistics, so every member makes it alike;
  * it needs M >= 3 (with two, neither is an outlier of the other). The rule is
- * al_commit_outliers, shared with the simulator. Sets a->excluded and logs
- * each exclusion once per attempt. */
+ * al_commit_outliers, shared with the simulator. */
 static void robust_filter(agent *a, const int *mem, const al_site_stats *stats, int M) {
     memset(a->excluded, 0, sizeof a->excluded);
     int out[AG_MAX_SITES];
@@ -501,15 +583,19 @@ static void robust_filter(agent *a, const int *mem, const al_site_stats *stats, 
         }
 }
 
-/* One attempt with the given members; on failure *dead names a site to drop
- * (or is AG_PROBE). Waits at most wait_s per phase. The numbers are those of
- * al_commit_exchange (al_commit.h), computed across processes. */
-static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al_err *err) {
+int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
+                int M, int *peer, al_err *err) {
+    *peer = -1;
     int me = 0;
-    while (mem[me] != a->self) me++;
+    while (me < M && mem[me] != a->self) me++;
+    int rc0 = refresh_clients(a, err);
+    if (rc0) return rc0;
+    if (me == M) return al_errf(err, AL_EINVAL, "round %ld: this site is not a member", a->round);
+    robust_filter(a, mem, st, M);
+    uint64_t tag = ag_attempt_tag(epoch, members);
     size_t lo, hi;
     int p = (int)(a->round & 1);
-    /* reduce-scatter: my shard k goes to its owner */
+    /* reduce-scatter: my part of shard k goes to its owner */
     al_mean acc;
     al_shard_range(a->P, M, me, &lo, &hi);
     int rc = al_mean_init(&acc, a->nsites, hi - lo, err);
@@ -519,67 +605,39 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
         al_shard_range(a->P, M, k, &klo, &khi);
         rc = al_commit_encode(&a->cc, a->delta + klo, khi - klo, &len, err);
         if (rc) break;
-        a->bytes_raw += (double)(khi - klo) * 4.0 * (mem[k] == a->self ? 0 : 1);
         if (mem[k] == a->self) {
             rc = al_codec_decode(a->cc.enc, len, a->part, khi - klo, err);
             if (rc == 0 && !a->excluded[a->self]) rc = al_mean_add(&acc, a->self, a->part, err);
-        } else if (push_shard(a, mem[k], AL_PHASE_REDUCE, k, M, len, err) != 0) {
-            *dead = mem[k];
-            al_mean_free(&acc);
-            return AL_EPEER;
+        } else {
+            a->bytes_raw += (double)(khi - klo) * 4.0;
+            if (push_shard(a, mem[k], AL_PHASE_REDUCE, k, tag, len, err) != 0) {
+                *peer = mem[k];
+                rc = AL_EPEER;
+            }
         }
     }
-    for (int i = 0; i < a->nsites; i++) {
-        int in = 0;
-        for (int j = 0; j < M; j++) in |= mem[j] == i;
-        if (!in || a->excluded[i]) al_mean_drop(&acc, i, NULL);
+    for (int i = 0; i < a->nsites && rc == 0; i++)
+        if (!(members >> i & 1) || a->excluded[i]) al_mean_drop(&acc, i, NULL);
+    /* wait for the others' parts of my shard, and decode them under the lock:
+     * the slots' buffers belong to whoever holds it, and a server thread placing
+     * a newer attempt's shard frees the old one. A shard is a few milliseconds
+     * of work; server threads wait that long at most. */
+    if (rc == 0) {
+        pthread_mutex_lock(&a->mu);
+        rc = wait_slots(a, a->reduce, mem, M, me, me, epoch, members, peer, "shard", err);
+        for (int j = 0; j < M && rc == 0; j++) {
+            if (mem[j] == a->self || a->excluded[mem[j]]) continue;
+            ag_slot *s = &a->reduce[p][mem[j]];
+            rc = al_codec_decode(s->buf, s->meta.total_bytes, a->part, hi - lo, err);
+            if (rc == 0) rc = al_mean_add(&acc, mem[j], a->part, err);
+            if (rc) {
+                *peer = mem[j]; /* a contribution that does not decode: leave its site out */
+                al_err_prefix(err, "round %ld: shard from %s refused", a->round, a->name[mem[j]]);
+                rc = AL_EPEER;
+            }
+        }
+        pthread_mutex_unlock(&a->mu);
     }
-    /* wait for the others' parts of my shard */
-    struct timespec dl;
-    deadline_in(&dl, wait_s);
-    pthread_mutex_lock(&a->mu);
-    for (;;) {
-        int missing = -1;
-        for (int j = 0; j < M && missing < 0; j++)
-            if (mem[j] != a->self && !slot_ok(a, &a->reduce[p][mem[j]], me, M)) missing = mem[j];
-        if (missing < 0) break;
-        if (ag_down(a, missing)) {
-            pthread_mutex_unlock(&a->mu);
-            al_mean_free(&acc);
-            *dead = missing;
-            return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
-                           a->name[missing]);
-        }
-        if (moved_on(a, p, M)) {
-            pthread_mutex_unlock(&a->mu);
-            al_mean_free(&acc);
-            *dead = AG_PROBE;
-            return al_errf(err, AL_EPEER, "round %ld: a peer redid the exchange", a->round);
-        }
-        if (!wait_until(a, &dl)) {
-            pthread_mutex_unlock(&a->mu);
-            al_mean_free(&acc);
-            *dead = missing;
-            return al_errf(err, AL_ETIMEOUT, "round %ld: no shard from %s within %.0f s", a->round,
-                           a->name[missing], a->cfg->round_deadline_s);
-        }
-    }
-    /* Decode under the lock: the slots' buffers belong to whoever holds it,
-     * and a server thread placing a newer attempt's shard frees the old one
-     * (decoding after unlocking once read a buffer being freed). A shard is a
-     * few milliseconds of work; server threads wait that long at most. */
-    for (int j = 0; j < M && rc == 0; j++) {
-        if (mem[j] == a->self || a->excluded[mem[j]]) continue;
-        ag_slot *s = &a->reduce[p][mem[j]];
-        rc = al_codec_decode(s->buf, s->meta.total_bytes, a->part, hi - lo, err);
-        if (rc == 0) rc = al_mean_add(&acc, mem[j], a->part, err);
-        if (rc) {
-            *dead = mem[j]; /* a contribution that does not decode: leave its site out */
-            al_err_prefix(err, "round %ld: shard from %s refused", a->round, a->name[mem[j]]);
-            rc = AL_EPEER;
-        }
-    }
-    pthread_mutex_unlock(&a->mu);
     if (rc == 0) rc = al_mean_finish(&acc, a->part, err);
     al_mean_free(&acc);
     if (rc) return rc;
@@ -590,36 +648,13 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     for (int j = 0; j < M; j++) {
         if (mem[j] == a->self) continue;
         a->bytes_raw += (double)(hi - lo) * 4.0;
-        if (push_shard(a, mem[j], AL_PHASE_GATHER, me, M, len, err) != 0) {
-            *dead = mem[j];
+        if (push_shard(a, mem[j], AL_PHASE_GATHER, me, tag, len, err) != 0) {
+            *peer = mem[j];
             return AL_EPEER;
         }
     }
-    deadline_in(&dl, wait_s);
     pthread_mutex_lock(&a->mu);
-    for (;;) {
-        int missing = -1;
-        for (int k = 0; k < M && missing < 0; k++)
-            if (k != me && !slot_ok(a, &a->gather[p][mem[k]], k, M)) missing = mem[k];
-        if (missing < 0) break;
-        if (ag_down(a, missing)) {
-            pthread_mutex_unlock(&a->mu);
-            *dead = missing;
-            return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
-                           a->name[missing]);
-        }
-        if (moved_on(a, p, M)) {
-            pthread_mutex_unlock(&a->mu);
-            *dead = AG_PROBE;
-            return al_errf(err, AL_EPEER, "round %ld: a peer redid the exchange", a->round);
-        }
-        if (!wait_until(a, &dl)) {
-            pthread_mutex_unlock(&a->mu);
-            *dead = missing;
-            return al_errf(err, AL_ETIMEOUT, "round %ld: no mean shard from %s within %.0f s",
-                           a->round, a->name[missing], a->cfg->round_deadline_s);
-        }
-    }
+    rc = wait_slots(a, a->gather, mem, M, me, -1, epoch, members, peer, "mean shard", err);
     for (int k = 0; k < M && rc == 0; k++) { /* under the lock, as above */
         if (k == me) continue;
         size_t klo, khi;
@@ -627,7 +662,7 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
         ag_slot *s = &a->gather[p][mem[k]];
         rc = al_codec_decode(s->buf, s->meta.total_bytes, a->dbar + klo, khi - klo, err);
         if (rc) {
-            *dead = mem[k];
+            *peer = mem[k];
             al_err_prefix(err, "round %ld: mean shard from %s refused", a->round, a->name[mem[k]]);
             rc = AL_EPEER;
         }
@@ -636,141 +671,46 @@ static int attempt(agent *a, const int *mem, int M, double wait_s, int *dead, al
     return rc;
 }
 
-int ag_exchange(agent *a, const al_site_stats *mine, int *members, al_site_stats *stats, int *m,
-                al_err *err) {
-    int p = (int)(a->round & 1);
-    /* 1. statistics to every site that may take part */
-    int expect[AG_MAX_SITES] = {0}, fresh[AG_MAX_SITES] = {0};
-    pthread_mutex_lock(&a->mu);
-    for (int i = 0; i < a->nsites; i++) {
-        fresh[i] = a->reconnect[i];
-        a->reconnect[i] = 0;
+/* ---- pulling the committed state ---------------------------------------------------- */
+
+int ag_pull(agent *a, int i, al_err *err) {
+    uint8_t *d = NULL;
+    uint64_t n = 0;
+    a->have_pulled = 0;
+    int rc = refresh_clients(a, err);
+    if (rc == 0) rc = al_client_pull_state(a->cli[i], AL_STATE_META, 1 << 20, &d, &n, err);
+    if (rc) return rc;
+    json_error_t je;
+    json_t *m = json_loadb((const char *)d, n, 0, &je);
+    free(d);
+    json_int_t r = 0, s = 0, h = 0;
+    const char *pol = NULL, *th = NULL;
+    if (!m ||
+        json_unpack(m, "{s:I, s:I, s:I, s:s, s:s}", "round", &r, "step", &s, "h", &h, "policy",
+                    &pol, "theta", &th) != 0 ||
+        strlen(th) != 64 || r < 0 || s < 0 || h < 1) {
+        json_decref(m);
+        return al_errf(err, AL_EFORMAT, "state from %s: malformed metadata", a->name[i]);
     }
-    pthread_mutex_unlock(&a->mu);
-    for (int i = 0; i < a->nsites; i++)
-        if (fresh[i] && make_client(a, i, err)) return al_err_prefix(err, "round %ld", a->round);
-    pthread_mutex_lock(&a->mu);
-    for (int i = 0; i < a->nsites; i++)
-        expect[i] = i != a->self && (a->live[i] || a->joining[i] == a->round);
-    pthread_mutex_unlock(&a->mu);
-    for (int i = 0; i < a->nsites; i++) {
-        if (!expect[i]) continue;
-        al_err e = {0};
-        pthread_mutex_lock(&a->mu);
-        int down = ag_down(a, i);
-        pthread_mutex_unlock(&a->mu);
-        if (down) {
-            al_logf(&a->log, AL_LOG_WARN, "round %ld: %s is down (no heartbeat), leaving it out",
-                    a->round, a->name[i]);
-            expect[i] = 0;
-        } else if (push_stats(a, mine, i, &e) != 0) {
-            al_logf(&a->log, AL_LOG_WARN, "round %ld: %s unreachable, leaving it out: %s", a->round,
-                    a->name[i], e.msg);
-            expect[i] = 0;
-        }
-    }
-    if (a->round == a->fault_stats) raise(SIGKILL); /* test hook, see agent_impl.h */
-    /* 2. wait for theirs; the members are those whose statistics arrived */
-    struct timespec dl;
-    deadline_in(&dl, a->cfg->round_deadline_s);
-    pthread_mutex_lock(&a->mu);
-    for (;;) {
-        int missing = 0;
-        for (int i = 0; i < a->nsites; i++) {
-            if (a->joining[i] == a->round && i != a->self && !expect[i]) {
-                al_err e = {0}; /* registered after we sent ours: send now */
-                pthread_mutex_unlock(&a->mu);
-                expect[i] = push_stats(a, mine, i, &e) == 0;
-                pthread_mutex_lock(&a->mu);
-            }
-            if (expect[i] && a->have_stats[p][i] != a->round + 1 && !ag_down(a, i)) missing++;
-        }
-        if (!missing || !wait_until(a, &dl)) break;
-    }
-    a->exchanging = 1; /* from here on a registration is for the next round */
-    int M = 0;
-    for (int i = 0; i < a->nsites; i++) {
-        if (i == a->self) {
-            members[M] = i;
-            stats[M] = *mine;
-            stats[M++].site = i;
-        } else if (expect[i] && a->have_stats[p][i] == a->round + 1) {
-            al_site_stats st = a->stats[p][i];
-            /* the schedule's scalars are the same everywhere; the wire carries S_r */
-            st.lr_sq_sum = mine->lr_sq_sum;
-            st.lr_last = mine->lr_last;
-            char why[300];
-            if (!stats_fit(mine, &st, why, sizeof why)) {
-                al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out: %s", a->round, a->name[i],
-                        why);
-                continue;
-            }
-            members[M] = i;
-            stats[M++] = st;
-        } else if (expect[i] && ag_down(a, i)) {
-            al_logf(&a->log, AL_LOG_WARN,
-                    "round %ld: %s went down (no heartbeat) before its statistics came, leaving "
-                    "it out",
-                    a->round, a->name[i]);
-        } else if (expect[i]) {
-            al_logf(&a->log, AL_LOG_WARN,
-                    "round %ld: no statistics from %s within %.0f s, "
-                    "leaving it out",
-                    a->round, a->name[i], a->cfg->round_deadline_s);
-        }
-    }
-    pthread_mutex_unlock(&a->mu);
-    /* 3. reduce-scatter and all-gather; drop a site that fails and redo. A
-     * redo waits twice the deadline: the other survivors may notice the
-     * failure up to one deadline later than we did. */
-    double t_x = al_now();
-    for (int tries = 0;; tries++) {
-        if (M < a->cfg->round_min_sites)
-            return al_errf(err, AL_EPEER,
-                           "round %ld: %d live site(s), fewer than [round] "
-                           "min_sites = %ld",
-                           a->round, M, a->cfg->round_min_sites);
-        if (tries > 2 * a->nsites)
-            return al_errf(err, AL_EPEER, "round %ld: the sites could not agree on who is live",
-                           a->round);
-        int dead = -1;
-        al_err e = {0};
-        robust_filter(a, members, stats, M);
-        double wait_s = a->cfg->round_deadline_s * (tries ? 2.0 : 1.0);
-        int rc = attempt(a, members, M, wait_s, &dead, &e);
-        if (rc == 0) break;
-        int drop[AG_MAX_SITES] = {0}, ndrop = 0;
-        if (dead == AG_PROBE) { /* someone dropped a site: ask each member if it is there */
-            for (int j = 0; j < M; j++) {
-                if (members[j] == a->self) continue;
-                uint64_t ms;
-                al_err pe = {0};
-                if (al_client_ping(a->cli[members[j]], (uint64_t)a->round, 0, &ms, &pe) != 0) {
-                    drop[members[j]] = 1;
-                    ndrop++;
-                }
-            }
-            if (!ndrop) continue; /* everyone answers: wait for the redo to reach us */
-        } else if (dead < 0 || dead == a->self) {
-            *err = e;
-            return rc;
-        } else {
-            drop[dead] = 1;
-            ndrop = 1;
-        }
-        int k = 0;
-        for (int j = 0; j < M; j++) {
-            if (drop[members[j]]) {
-                al_logf(&a->log, AL_LOG_WARN, "round %ld: dropping %s and redoing the exchange: %s",
-                        a->round, a->name[members[j]], e.msg);
-                continue;
-            }
-            members[k] = members[j];
-            stats[k++] = stats[j];
-        }
-        M = k;
-    }
-    a->xchg_s = al_now() - t_x; /* the link's cost of a round, sent with the next stats */
-    *m = M;
+    a->pulled_round = (long)r;
+    a->pulled_step = (long)s;
+    a->pulled_h = (long)h;
+    snprintf(a->pulled_policy, sizeof a->pulled_policy, "%s", pol);
+    char want[65];
+    snprintf(want, sizeof want, "%s", th);
+    json_decref(m);
+    /* at most the bytes a state of our P takes (the pull's deadline follows them) */
+    d = NULL;
+    rc = al_client_pull_state(a->cli[i], AL_STATE_THETA, al_outer_state_bytes(a->P), &d, &n, err);
+    if (rc == 0) rc = al_outer_deserialize(&a->pulled, d, n, &a->outer.cfg, err);
+    free(d);
+    if (rc) return rc;
+    char got[65];
+    al_outer_hash(&a->pulled, got);
+    if (strcmp(got, want) != 0) /* a commit between the two pulls: ask again */
+        return al_errf(err, AL_EPEER, "state from %s: theta %.12s, its metadata says %.12s",
+                       a->name[i], got, want);
+    a->pulled_from = i;
+    a->have_pulled = 1;
     return 0;
 }

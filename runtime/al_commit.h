@@ -93,4 +93,33 @@ int al_commit_decide(al_policy *pol, const al_site_stats *st, int n, const float
 int al_commit_step(al_outer *o, const float *dbar, const al_commit_decision *d, int progress_lr,
                    al_err *err);
 
+/* [outer] overlap: how the exchange of round r meets the next interval.
+ *   none:    the sites wait for round r's commit and start interval r + 1 from
+ *            the new θ_global (DiLoCo);
+ *   delayed: interval r + 1 starts at once from each site's own θ_local while
+ *            round r's Δ crosses the WAN; when it ends, its progress is re-based
+ *            onto the θ_global round r committed (al_commit_merge), and the
+ *            policy's decision of round r sets H for interval r + 2. The maths:
+ *            docs/outer.md, "Overlapping the exchange with compute". */
+#define AL_OVERLAPS(X)                                                                             \
+    X(AL_OVERLAP_NONE, "none")                                                                     \
+    X(AL_OVERLAP_DELAYED, "delayed")
+typedef enum {
+#define AL_OVERLAP_ENUM(e, s) e,
+    AL_OVERLAPS(AL_OVERLAP_ENUM)
+#undef AL_OVERLAP_ENUM
+} al_overlap;
+int al_overlap_parse(const char *s, al_overlap *out, al_err *err);
+const char *al_overlap_name(al_overlap o);
+
+/* The delayed merge for one site, n values: its interval started at
+ * theta_from and ended at theta_local; round r committed theta_global. Then
+ *     delta       = theta_from − theta_local        (the interval's pseudo-gradient)
+ *     theta_local ← theta_global − delta            (its progress, re-based)
+ * so delta = theta_global − theta_local afterwards, as in a blocking round, and
+ * *delta_sq = ‖delta‖² (summed in double, in index order). AL_ENUMERIC on a
+ * non-finite value, before anything is written. */
+int al_commit_merge(float *theta_local, const float *theta_from, const float *theta_global,
+                    size_t n, float *delta, double *delta_sq, al_err *err);
+
 #endif

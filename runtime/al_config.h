@@ -68,6 +68,8 @@
     X(round, deadline_s, DBL, 120, 0.1, 86400,                                                     \
       "seconds a round waits for a site's shards and statistics before dropping it")               \
     X(round, min_sites, INT, 1, 1, 256, "fewest live sites to train with (fewer: wait)")           \
+    X(round, quorum, STR, "majority", "majority|all|any", 0,                                       \
+      "votes a round needs among the configured sites (any: unsafe under a partition)")            \
     X(round, heartbeat_s, DBL, 1.0, 0.05, 60, "seconds between heartbeats (Ping) to every peer")   \
     X(round, peer_timeout_s, DBL, 5.0, 0.1, 3600,                                                  \
       "a peer that answers no heartbeat for this long is down: rounds stop waiting for it")        \

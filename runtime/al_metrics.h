@@ -70,7 +70,9 @@ typedef struct al_round_record {
      * statistics' exchange and compute seconds (max over members) and the floor */
     double policy_comm_s, policy_compute_s, comm_floor;
     double outer_lr_scale, outer_mu;
-    char theta[65]; /* SHA-256 of θ_global after the commit ("" if unknown) */
+    char theta[65];        /* SHA-256 of θ_global after the commit ("" if unknown) */
+    int agree, configured; /* sites seen agreeing on theta (voted it, or hold it next
+                            * round), of the configured ones (0: unknown) */
 } al_round_record;
 
 typedef struct al_metrics {
@@ -93,6 +95,7 @@ typedef struct al_metrics {
     char events[64][160]; /* last membership / checkpoint events, JSON objects */
     int nevents;
     double started;
+    char health[96]; /* the round protocol's warning ("no quorum: 1 of 3 sites reachable"), or "" */
 } al_metrics;
 
 int al_metrics_init(al_metrics *m, const char *site, al_err *err);
@@ -105,6 +108,8 @@ void al_metrics_peer(al_metrics *m, const char *peer, double sent, double recv, 
  * committed; last seen now) or 0 (left out; last seen unchanged). */
 void al_metrics_peer_up(al_metrics *m, const char *peer, int up);
 void al_metrics_round_duration(al_metrics *m, double seconds);
+/* The round protocol's health line ("" = healthy): in the status JSON and the dashboard. */
+void al_metrics_set_health(al_metrics *m, const char *text);
 /* Append a round record (copied). */
 int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err);
 /* Membership or checkpoint event: kind "drop", "join", "rejoin",

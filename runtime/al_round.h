@@ -9,7 +9,7 @@
  * propose, persist a vote, apply, revert, pull state, adopt it, drop a peer,
  * log) -- the Ready/Advance loop of etcd's raft package. Every event carries
  * the time, so M machines run over a simulated network and clock in
- * tests/test_round.c. It is not yet wired into the agent (runtime/agent*.c).
+ * tests/test_round.c. runtime/agent_round.c drives it in the agent.
  *
  * The protocol for round r (every site runs the same machine):
  *   1. After its interval a site sends its statistics for (r, e) to every
@@ -239,6 +239,7 @@ typedef struct al_round {
     int sync_check;       /* ... and if at sync_round, with sync_hash */
     al_round_hash sync_hash;
     char health[96]; /* "" or "no quorum: 1 of 3 sites reachable" */
+    int unreachable; /* health says fewer sites are reachable than the quorum */
     al_round_peer peer[AL_ROUND_MAX_SITES];
     al_round_action out[AL_ROUND_MAX_ACTIONS];
     int nout, lost; /* actions waiting; actions lost to a full queue (a bug) */

@@ -35,6 +35,7 @@
 #include <stdio.h>
 
 #include "al_codec.h"
+#include "al_commit.h"
 #include "al_outer.h"
 #include "al_policy.h"
 #include "al_train.h"
@@ -73,6 +74,7 @@ typedef struct al_sim_opts {
     al_policy *policy;  /* configured, not started (the sim starts it); not owned. Unused by ddp */
     al_codec_cfg codec; /* the pseudo-gradients' codec, as the agent's [outer] codec */
     double max_delta_ratio; /* as [outer] max_delta_ratio: outliers left out (0: off) */
+    al_overlap overlap;     /* as [outer] overlap: none, or delayed (al_commit.h) */
     double bandwidth_bps;   /* bits per second of each site's link */
     double rtt_s;
     int eval_every;   /* evaluate θ_global every N rounds into the JSONL (0: at the end only) */
@@ -103,9 +105,12 @@ typedef struct al_sim_result {
     double comm_s;                           /* projected communication on the configured link */
     double projected_s;                      /* compute_s + comm_s */
     double projected_1g_s, projected_100m_s; /* the same at 1 Gbit/s and 100 Mbit/s, 50 ms RTT */
-    double wall_s;                           /* this process's wall-clock time */
-    char hash[65]; /* SHA-256 of the final θ_global (identical on every site) */
-    float *theta;  /* copy of the final θ_global [nparams] */
+    double overlap_s; /* projected time with overlap on the configured link: Σ max(compute of
+                       * interval r + 1, exchange of round r) + the last exchange (= projected_s
+                       * without overlap) */
+    double wall_s;    /* this process's wall-clock time */
+    char hash[65];    /* SHA-256 of the final θ_global (identical on every site) */
+    float *theta;     /* copy of the final θ_global [nparams] */
     size_t nparams;
 } al_sim_result;
 

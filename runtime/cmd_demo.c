@@ -100,7 +100,7 @@ static int write_config(const demo *d, int s, const int *grpc, const int *dash, 
     fprintf(f, "[outer]\nlr = 0.7\nmomentum = 0.9\ncorrection = %s\ncodec = %s\n\n", d->correction,
             d->codec);
     fprintf(f, "[policy]\nname = %s\nh_base = %ld\n\n", d->policy, d->h_base);
-    fprintf(f, "[round]\ndeadline_s = %g\nmin_sites = 1\n\n", d->deadline);
+    fprintf(f, "[round]\ndeadline_s = %g\nquorum = majority\n\n", d->deadline);
     fprintf(f, "[dashboard]\naddress = 127.0.0.1\nport = %d\n\n", dash[s]);
     fprintf(f, "[checkpoint]\ndir = %s/site-%c\nevery = 0\nkeep = 2\n", d->dir, 'a' + s);
     return fclose(f) == 0 ? 0 : al_errf(err, AL_EIO, "%s: write failed", path);

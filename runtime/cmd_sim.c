@@ -37,6 +37,7 @@ typedef struct simcfg {
     bool correction_set;    /* [outer] correction given: else none for fixed (DiLoCo) */
     char codec[24];         /* as [outer] codec: fp32 | bf16 | int8 | int4, optionally +zstd */
     double max_delta_ratio; /* as [outer] max_delta_ratio */
+    al_overlap overlap;     /* as [outer] overlap */
     double bw_mbit, rtt_ms;
     al_outer_cfg outer;
     int npol; /* [policy] pairs, last value of a key wins */
@@ -100,6 +101,8 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
             !(s->max_delta_ratio == 0 || (s->max_delta_ratio >= 1 && s->max_delta_ratio < 1e9)))
             rc = al_errf(err, AL_ECONFIG,
                          "[outer] max_delta_ratio: %s is not 0 (off) or in [1, 1e9)", v);
+    } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap")) {
+        if ((rc = al_overlap_parse(v, &s->overlap, err))) al_err_prefix(err, "[outer]");
     } else if (!strcmp(sec, "outer")) {
         rc = al_outer_cfg_set(&s->outer, key, v, err);
         if (rc == 0 && !strcmp(key, "correction")) s->correction_set = true;
@@ -249,7 +252,8 @@ static void sim_usage(FILE *f) {
             "                       iid, codec, eval_every, progress = lr|steps: the unit of\n"
             "                       the correction's S_r), [wan] (bandwidth_mbit, rtt_ms),\n"
             "                       [outer] (lr, momentum, correction, s_ref, codec,\n"
-            "                       max_delta_ratio: as the agent's), [policy] (name,\n"
+            "                       max_delta_ratio, overlap = none|delayed: as the\n"
+            "                       agent's), [policy] (name,\n"
             "                       h_base, h_min, h_max and the policy's own keys)\n"
             "  --set S.K=V          override one key (any section above)\n"
             "  --policy NAME        fixed | adacomm | qsr | autoloco  (= --set policy.name=)\n"
@@ -264,6 +268,8 @@ static void sim_usage(FILE *f) {
             "  --noniid / --iid     = --scenario noniid / iid\n"
             "  --codec NAME         fp32 | bf16 | int8 | int4, optionally +zstd: the agent's\n"
             "                       codec, shard by shard (= --set outer.codec=)\n"
+            "  --overlap MODE       none | delayed: round r's exchange beside interval r+1,\n"
+            "                       merged when it ends (= --set outer.overlap=)\n"
             "  --jsonl FILE         one JSON record per round\n"
             "  --json               print the summary as one JSON line, last\n");
 }
@@ -283,6 +289,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
                                          {"iid", no_argument, 0, 'I'},
                                          {"scenario", required_argument, 0, 'G'},
                                          {"codec", required_argument, 0, 'k'},
+                                         {"overlap", required_argument, 0, 'O'},
                                          {"jsonl", required_argument, 0, 'j'},
                                          {"json", no_argument, 0, 'J'},
                                          {"help", no_argument, 0, 'h'},
@@ -339,6 +346,9 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
         case 'k':
             flag = "--codec", sec = "outer", key = "codec";
             break;
+        case 'O':
+            flag = "--overlap", sec = "outer", key = "overlap";
+            break;
         case 'N':
             s.scenario = AL_SIM_NONIID;
             break;
@@ -393,6 +403,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     o.eval_batches = (int)c->inner_eval_batches;
     if ((rc = al_codec_parse(s.codec, &o.codec, err))) goto out; /* checked when set */
     o.max_delta_ratio = s.max_delta_ratio;
+    o.overlap = s.overlap;
     int bad = -1;
     rc = al_policy_create_kv(&pol, (const char *const *)s.pkey, (const char *const *)s.pval,
                              (size_t)s.npol, &bad, err);

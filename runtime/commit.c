@@ -134,3 +134,38 @@ int al_commit_step(al_outer *o, const float *dbar, const al_commit_decision *d, 
                    al_err *err) {
     return al_outer_step(o, dbar, progress_lr ? d->rs.lr_sum : (double)d->rs.steps, err);
 }
+
+static const char *const OVERLAP_NAMES[] = {
+#define AL_OVERLAP_NAME(e, s) s,
+    AL_OVERLAPS(AL_OVERLAP_NAME)
+#undef AL_OVERLAP_NAME
+};
+
+int al_overlap_parse(const char *s, al_overlap *out, al_err *err) {
+    for (size_t i = 0; i < AL_ARRAY_LEN(OVERLAP_NAMES); i++)
+        if (s && !strcmp(s, OVERLAP_NAMES[i])) {
+            *out = (al_overlap)i;
+            return 0;
+        }
+    return al_errf(err, AL_ECONFIG, "overlap '%s': expected none or delayed", s ? s : "");
+}
+
+const char *al_overlap_name(al_overlap o) {
+    return (unsigned)o < AL_ARRAY_LEN(OVERLAP_NAMES) ? OVERLAP_NAMES[o] : "?";
+}
+
+int al_commit_merge(float *theta_local, const float *theta_from, const float *theta_global,
+                    size_t n, float *delta, double *delta_sq, al_err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(theta_local[i]) || !isfinite(theta_from[i]) || !isfinite(theta_global[i]))
+            return al_errf(err, AL_ENUMERIC, "merge: a non-finite value at index %zu", i);
+    double sq = 0;
+    for (size_t i = 0; i < n; i++) {
+        float d = theta_from[i] - theta_local[i]; /* Δ of the interval, from where it started */
+        delta[i] = d;
+        theta_local[i] = theta_global[i] - d;
+        sq += (double)d * (double)d;
+    }
+    *delta_sq = sq;
+    return 0;
+}

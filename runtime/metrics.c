@@ -296,6 +296,10 @@ static json_t *record_json(const char *site, const al_round_record *r) {
     json_object_set_new(o, "eval_loss", num_or_null(r->eval_loss));
     json_object_set_new(o, "losses", losses);
     if (r->theta[0]) json_object_set_new(o, "theta", json_string(r->theta));
+    if (r->configured > 0) {
+        json_object_set_new(o, "agree", json_integer(r->agree));
+        json_object_set_new(o, "configured", json_integer(r->configured));
+    }
     const struct {
         const char *k;
         double v;
@@ -329,6 +333,12 @@ static double pct_saved(double sent, double ref) {
     return ref > 0 ? 100.0 * (1.0 - sent / ref) : 0.0;
 }
 
+void al_metrics_set_health(al_metrics *m, const char *text) {
+    pthread_mutex_lock(&m->lock);
+    snprintf(m->health, sizeof m->health, "%s", text ? text : "");
+    pthread_mutex_unlock(&m->lock);
+}
+
 char *al_metrics_status_json(al_metrics *m) {
     pthread_mutex_lock(&m->lock);
     double *v = m->v;
@@ -337,6 +347,7 @@ char *al_metrics_status_json(al_metrics *m) {
                           (json_int_t)v[AL_M_INNER_STEPS], "h", (json_int_t)v[AL_M_INTERVAL],
                           "members", (json_int_t)v[AL_M_MEMBERS]);
     json_object_set_new(o, "round", json_integer(m->nrounds ? m->rounds[m->nrounds - 1].round : 0));
+    json_object_set_new(o, "health", json_string(m->health));
     json_object_set_new(o, "train_loss", num_or_null(v[AL_M_TRAIN_LOSS]));
     json_object_set_new(o, "eval_loss", num_or_null(v[AL_M_EVAL_LOSS]));
     const struct {

@@ -417,15 +417,44 @@ static void decide_outcome(al_round *m, double now) {
         }
         return;
     }
-    if (t.seen > 0 && t.reach < m->q) { /* nobody can commit (round, epoch) */
+    /* nobody can commit (round, epoch): try the next attempt -- but only when
+     * enough sites are reachable for one to succeed. With fewer, every new
+     * attempt would be void at once (this site's null vote, the others
+     * unseen): the agent ran through a million attempts in seconds, a
+     * persisted vote each, while its only peer was down. Not voiding is
+     * always safe; the peers' statuses wake it when they are back. */
+    if (t.seen > 0 && t.reach < m->q && al_round_reachable(m) >= m->q) {
         note(m, AL_LOG_INFO, "round %ld: attempt %llu cannot reach a quorum (%d votes seen)",
              m->round, (unsigned long long)m->epoch, t.seen);
         next_epoch(m, m->epoch + 1, now);
     }
 }
 
+/* Fewer sites reachable than a commit needs: say so once (the dashboard shows
+ * m->health), whatever the phase; clear it when they are back. */
+static void check_reachable(al_round *m) {
+    int r = al_round_reachable(m);
+    if (r < m->q && m->phase != AL_PH_JOIN) {
+        char h[sizeof m->health];
+        snprintf(h, sizeof h, "no quorum: %d of %d sites reachable", r, m->cfg.nsites);
+        if (strcmp(h, m->health) != 0) {
+            snprintf(m->health, sizeof m->health, "%s", h);
+            note(m, AL_LOG_WARN, "round %ld: %s (%s needs %d): not committing", m->round, m->health,
+                 al_quorum_name(m->cfg.quorum), m->q);
+        }
+        m->unreachable = 1;
+    } else if (m->unreachable) {
+        m->unreachable = 0;
+        if (m->health[0])
+            note(m, AL_LOG_INFO, "round %ld: %d of %d sites reachable again", m->round, r,
+                 m->cfg.nsites);
+        m->health[0] = 0;
+    }
+}
+
 /* After any event: move on as far as what is known allows. */
 static void advance(al_round *m, double now) {
+    check_reachable(m);
     if (m->phase == AL_PH_SYNC) {
         if (now >= m->t_sync) try_sync(m, now); /* none in flight, or one unanswered */
         return;

@@ -103,6 +103,8 @@ typedef struct sim {
     al_trainer *tr;     /* [M] sites (DDP: [1]) */
     al_outer *outer;    /* [M] every site's replica of the outer state */
     float **delta;      /* [M] pseudo-gradients */
+    float **from;       /* [M] overlap delayed: where each site's interval started */
+    al_outer eager;     /* overlap delayed: a copy of a site's outer state for its eager step */
     float *dbar;        /* the mean */
     al_commit_codec cc; /* the codec's round trips, as the agent's */
     double *sent;       /* [M] bytes each member sent this round */
@@ -118,6 +120,7 @@ static void sim_free(sim *s) {
         if (s->tr) al_trainer_free(&s->tr[m]);
         if (s->outer) al_outer_free(&s->outer[m]);
         if (s->delta) free(s->delta[m]);
+        if (s->from) free(s->from[m]);
         if (s->shard) al_tokens_free(&s->shard[m]);
         if (s->ld) al_loader_free(&s->ld[m]);
         if (s->late) al_loader_free(&s->late[m]);
@@ -127,6 +130,8 @@ static void sim_free(sim *s) {
     free(s->tr);
     free(s->outer);
     free(s->delta);
+    free(s->from);
+    al_outer_free(&s->eager);
     free(s->shard);
     free(s->ld);
     free(s->late);
@@ -166,8 +171,17 @@ static int push_h(al_sim_result *r, long *cap, long h, al_err *err) {
     return 0;
 }
 
+/* The eval loss of θ_global. With overlap the site's own θ is not θ_global
+ * mid-run: it is set aside (in dbar, free between rounds) and put back. */
 static int evaluate(sim *s, al_trainer *tr, double *loss, al_err *err) {
+    int swap = s->o->overlap == AL_OVERLAP_DELAYED && s->outer &&
+               memcmp(tr->model.params, s->outer[0].theta, s->P * sizeof(float)) != 0;
+    if (swap) {
+        memcpy(s->dbar, tr->model.params, s->P * sizeof(float));
+        memcpy(tr->model.params, s->outer[0].theta, s->P * sizeof(float));
+    }
     int rc = al_trainer_eval(tr, s->o->eval_batches, loss, err);
+    if (swap) memcpy(tr->model.params, s->dbar, s->P * sizeof(float));
     return rc ? al_err_prefix(err, "sim: evaluation") : 0;
 }
 
@@ -221,6 +235,25 @@ static int run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al
     return 0;
 }
 
+/* Overlap delayed: interval r + 1 starts before round r commits, from the
+ * outer step this site would take with its own Δ^m_r for Δ̄_r (the "eager"
+ * estimate of θ_{r+1}: docs/outer.md). The committed state is untouched. */
+static int eager_start(sim *s, int m, const al_site_stats *st, al_err *err) {
+    const al_outer *o = &s->outer[m];
+    if (s->eager.n != o->n) {
+        al_outer_free(&s->eager);
+        int rc = al_outer_init(&s->eager, &o->cfg, o->theta, o->n, err);
+        if (rc) return rc;
+    }
+    memcpy(s->eager.theta, o->theta, o->n * sizeof(float));
+    memcpy(s->eager.mom, o->mom, o->n * sizeof(float));
+    s->eager.steps = o->steps;
+    double s_r = s->o->progress == AL_SIM_PROGRESS_LR ? st->lr_sum : (double)st->steps;
+    int rc = al_outer_step(&s->eager, s->delta[m], s_r, err);
+    if (rc == 0) memcpy(s->tr[m].model.params, s->eager.theta, o->n * sizeof(float));
+    return rc;
+}
+
 /* One round of the outer loop, as the agents do it (al_commit.h): each site's
  * Δ^m and statistics; sites whose Δ is not finite sit the round out (logged in
  * `refused`); outliers by ‖Δ^m‖ are left out of the mean (max_delta_ratio);
@@ -233,6 +266,11 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
     if ((rc = al_policy_start(o->policy, &h, err))) return rc;
     long step = 0, round = 0, budget = o->train.steps;
     double prev_comm = 0; /* the WAN model's seconds for the last exchange: each site's comm_s */
+    /* overlap delayed: the H the decision of the round before set (interval
+     * r + 1 starts before round r's decision), and the projected time */
+    int delayed = o->overlap == AL_OVERLAP_DELAYED;
+    int64_t h_queued = h;
+    double t_overlap = 0;
     const float **dptr = malloc((size_t)M * sizeof *dptr);
     if (!dptr) return al_errf(err, AL_ENOMEM, "sim: out of memory");
     while (step < budget) {
@@ -243,13 +281,24 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
         json_t *refused = json_array();
         for (int m = 0; m < M; m++) {
             al_site_stats st;
+            if (delayed) memcpy(s->from[m], s->tr[m].model.params, s->P * sizeof(float));
             if ((rc = run_interval(s, m, step, hr, &st, err))) break;
             st.comm_s = prev_comm;
             cmax = fmax(cmax, st.compute_s);
             if (round == o->nan_round && m == o->nan_site) s->tr[m].model.params[0] = NAN;
             al_err why = {0};
-            if (al_pseudo_grad(s->delta[m], s->outer[m].theta, s->tr[m].model.params, s->P,
-                               &st.delta_sq, &why) != 0) { /* refused: it sits the round out */
+            /* delayed: the interval's progress re-based onto θ_global as committed by
+             * the round before (whose exchange ran while it trained) */
+            int bad = delayed
+                          ? al_commit_merge(s->tr[m].model.params, s->from[m], s->outer[m].theta,
+                                            s->P, s->delta[m], &st.delta_sq, &why)
+                          : al_pseudo_grad(s->delta[m], s->outer[m].theta, s->tr[m].model.params,
+                                           s->P, &st.delta_sq, &why);
+            if (bad == 0 && delayed) /* the next interval starts at the eager estimate */
+                bad = eager_start(s, m, &st, &why);
+            if (bad != 0) {  /* refused: it sits the round out */
+                if (delayed) /* and starts again from θ_global (blocking does so anyway) */
+                    memcpy(s->tr[m].model.params, s->outer[m].theta, s->P * sizeof(float));
                 json_array_append_new(refused, json_pack("{s:i, s:s}", "site", m, "why", why.msg));
                 res->dropped++;
                 continue;
@@ -304,12 +353,17 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
             bytes_round += s->sent[j];
         }
         al_outer_coefs k = s->outer[0].last;
-        for (int m = 0; m < M; m++) /* θ^m ← θ_global; AdamW state stays local */
-            memcpy(s->tr[m].model.params, s->outer[m].theta, s->P * sizeof(float));
+        if (!delayed)
+            for (int m = 0; m < M; m++) /* θ^m ← θ_global; AdamW state stays local */
+                memcpy(s->tr[m].model.params, s->outer[m].theta, s->P * sizeof(float));
         step += hr;
         res->syncs++;
         /* the exchange ends when the site with the most bytes is done */
         double comm = M < 2 ? 0 : 2 * o->rtt_s + sent_max * 8 / o->bandwidth_bps;
+        /* with overlap, round r's exchange runs beside interval r + 1: a round
+         * costs the longer of the two (the first interval and the last
+         * exchange stand alone) */
+        t_overlap += round == 0 ? cmax : fmax(cmax, prev_comm);
         prev_comm = comm;
         res->compute_s += cmax;
         res->comm_s += comm;
@@ -357,11 +411,20 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
             json_decref(rec);
         }
         json_decref(refused);
-        h = h_next;
+        if (delayed) { /* round r's decision sets interval r + 2; r + 1 runs what r - 1 set */
+            h = h_queued;
+            h_queued = h_next;
+        } else {
+            h = h_next;
+        }
         round++;
     }
     free(dptr);
     if (rc) return rc;
+    res->overlap_s = t_overlap + prev_comm;
+    if (delayed) /* the last interval's progress is in the last round's Δ: it is θ_global */
+        for (int m = 0; m < M; m++)
+            memcpy(s->tr[m].model.params, s->outer[m].theta, s->P * sizeof(float));
     res->bytes_per_site = res->bytes / M;
     if (val) rc = evaluate(s, &s->tr[0], &res->final_eval_loss, err);
     if (rc == 0) {
@@ -478,13 +541,17 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     if ((rc = al_outer_cfg_check(&oc, err))) return rc;
     s->outer = calloc((size_t)M, sizeof *s->outer);
     s->delta = calloc((size_t)M, sizeof *s->delta);
+    s->from = calloc((size_t)M, sizeof *s->from);
     s->ss = calloc((size_t)M, sizeof *s->ss);
     s->dbar = malloc(s->P * sizeof(float));
-    if (!s->outer || !s->delta || !s->ss || !s->dbar)
+    if (!s->outer || !s->delta || !s->from || !s->ss || !s->dbar)
         return al_errf(err, AL_ENOMEM, "sim: out of memory");
     for (int m = 0; m < M && rc == 0; m++) {
         rc = al_outer_init(&s->outer[m], &oc, s->tr[0].model.params, s->P, err);
         if (rc == 0 && !(s->delta[m] = malloc(s->P * sizeof(float))))
+            rc = al_errf(err, AL_ENOMEM, "sim: out of memory");
+        if (rc == 0 && o->overlap == AL_OVERLAP_DELAYED &&
+            !(s->from[m] = malloc(s->P * sizeof(float))))
             rc = al_errf(err, AL_ENOMEM, "sim: out of memory");
     }
     if (rc) return rc;
@@ -510,6 +577,7 @@ int al_sim_run(const al_sim_opts *o, const al_tokens *train, const al_tokens *va
     }
     res->steps = o->train.steps;
     res->projected_s = res->compute_s + res->comm_s;
+    if (o->ddp || o->overlap == AL_OVERLAP_NONE) res->overlap_s = res->projected_s;
     double bps = res->bytes_per_site;
     res->projected_1g_s = al_sim_project(res->compute_s, res->syncs, bps, 1e9, 0.05);
     res->projected_100m_s = al_sim_project(res->compute_s, res->syncs, bps, 1e8, 0.05);
@@ -537,6 +605,7 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     json_object_set_new(
         j, "codec", json_pack("s++", al_codec_name(o->codec.kind), o->codec.zstd ? "+zstd" : ""));
     json_object_set_new(j, "max_delta_ratio", json_real(o->max_delta_ratio));
+    json_object_set_new(j, "overlap", json_string(al_overlap_name(o->overlap)));
     json_object_set_new(j, "progress",
                         json_string(o->progress == AL_SIM_PROGRESS_STEPS ? "steps" : "lr"));
     json_object_set_new(j, "steps", json_integer(r->steps));
@@ -552,6 +621,7 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     json_object_set_new(j, "compute_s", json_real(r->compute_s));
     json_object_set_new(j, "comm_s", json_real(r->comm_s));
     json_object_set_new(j, "projected_s", json_real(r->projected_s));
+    json_object_set_new(j, "overlap_s", json_real(r->overlap_s));
     json_object_set_new(j, "projected_1g_s", json_real(r->projected_1g_s));
     json_object_set_new(j, "projected_100m_s", json_real(r->projected_100m_s));
     json_object_set_new(j, "wall_s", json_real(r->wall_s));

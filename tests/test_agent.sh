@@ -76,6 +76,7 @@ conf() {
         echo "h_base = ${H:-10}"
         echo "[round]"
         echo "deadline_s = ${DEADLINE:-${AL_TEST_DEADLINE:-5}}"
+        echo "quorum = ${QUORUM:-majority}"
         [[ -n ${HB:-} ]] && echo "heartbeat_s = $HB"
         [[ -n ${PT:-} ]] && echo "peer_timeout_s = $PT"
         echo "[checkpoint]"
@@ -155,11 +156,12 @@ for fault in interval stats; do
     # mid-stats: a and b also pause 0.7 s between committing a round and
     # publishing its snapshot, so that c's registration lands in that window
     # (it once registered c a round later at one peer than at the other)
-    # mid-interval: b serves joiners half of its state (a peer that lies about
-    # the state's size, issue 17): c must refuse it and take a's
-    pub=0 bfault=badstate
-    [[ $fault == stats ]] && pub=700 bfault=publish:700
-    AL_FAULT=publish:$pub start $dir a
+    # mid-interval: a serves joiners half of its state (a peer that lies about
+    # the state's size, issue 17): c, which asks a first (of sites at the
+    # same round, the first by name), must refuse it and take b's
+    afault=badstate bfault=publish:0
+    [[ $fault == stats ]] && afault=publish:700 bfault=publish:700
+    AL_FAULT=$afault start $dir a
     AL_FAULT=$bfault start $dir b
     AL_FAULT=$fault:3 start $dir c
     await "$PID_c" 60
@@ -195,15 +197,15 @@ EOF
         no "$fault kill: survivors did not finish round 3 without c: $(grep round $dir/a.log | head -5)"
     elif ! grep -q "joined at round" $dir/c.log; then
         no "$fault kill: c did not rejoin: $(tail -n 3 $dir/c.log)"
-    elif [[ $fault == interval ]] && ! { grep -q "joining: the state from b refused.*trying another peer" $dir/c.log &&
-        grep -q "joined at round .*(state from a)" $dir/c.log; }; then
-        no "interval kill: c should have refused b's half state and joined from a: $(grep -h "joining\|joined" $dir/c.log)"
+    elif [[ $fault == interval ]] && ! { grep -q "joining: the state from a refused.*trying another peer" $dir/c.log &&
+        grep -q "joined at round .*(state from b)" $dir/c.log; }; then
+        no "interval kill: c should have refused a's half state and joined from b: $(grep -h "joining\|joined" $dir/c.log)"
     elif ! grep -q '"event":"drop".*"site":"c"' $dir/run-a/events.jsonl ||
         ! grep -q '"event":"rejoin".*"site":"c"' $dir/run-a/events.jsonl; then
         no "$fault kill: a's event log lacks c's drop or rejoin: $(grep -v '"event":"round"' $dir/run-a/events.jsonl | head -5)"
     else
         ok "site killed mid-$fault: survivors went on without it, it rejoined with --resume, hashes agree ($ha)"
-        [[ $fault == interval ]] && ok "the joiner refused b's state that did not fit and joined from a: $(grep -h "state from b refused" $dir/c.log | head -c 160)"
+        [[ $fault == interval ]] && ok "the joiner refused a's state that did not fit and joined from b: $(grep -h "state from a refused" $dir/c.log | head -c 160)"
     fi
 done
 
@@ -242,7 +244,7 @@ done
 # is to end; see docs/ARCHITECTURE.md, known limits.)
 dir=r2f
 PORTS=($(port) $(port))
-for s in a b; do STEPS=200 DEADLINE=30 HB=0.5 PT=2 conf $dir $s "a b"; done
+for s in a b; do QUORUM=any STEPS=200 DEADLINE=30 HB=0.5 PT=2 conf $dir $s "a b"; done
 start $dir a
 AL_FAULT=freeze:3 start $dir b # SIGSTOP halfway through its round-3 interval
 for _ in $(seq 1 1200); do [[ $(ps -o stat= -p "$PID_b") == T* ]] && break; sleep 0.05; done
@@ -264,6 +266,87 @@ else
     no "frozen site: rc $rc, down after $dt s: $(grep -h 'heartbeat\|leaving\|dropping\|round 3 ' $dir/a.log | head -4)"
 fi
 
+# ---- 2g. a partition {a} | {b, c} through wanem (issue 13) -------------------------
+# Every link to and from a goes through a wanem proxy; SIGUSR1 cuts and refuses
+# them all (a partition), SIGUSR2 heals. With [round] quorum = majority, b and
+# c go on committing, a says "no quorum" and commits nothing; after the heal a
+# pulls the majority's state, says how many steps it discards, and the three
+# finish together: one history (every round's theta equal wherever recorded).
+dir=r2g
+PORTS=($(port) $(port) $(port))
+W=($(port) $(port) $(port) $(port)) # a->b, a->c, b->a, c->a
+wan() { "$bin" wanem --listen 127.0.0.1:$1 --to 127.0.0.1:$2 --duration 600 >>$dir.wanem.log 2>&1 & pids+=($!); wans+=($!); }
+wans=()
+wan ${W[0]} ${PORTS[1]}
+wan ${W[1]} ${PORTS[2]}
+wan ${W[2]} ${PORTS[0]}
+wan ${W[3]} ${PORTS[0]}
+PEER_PORTS=("" ${W[0]} ${W[1]}) # (an array cannot be a command's prefix assignment)
+STEPS=400 HB=0.5 PT=2 conf $dir a "a b c"
+PEER_PORTS=(${W[2]} "" "")
+STEPS=400 HB=0.5 PT=2 conf $dir b "a b c"
+PEER_PORTS=(${W[3]} "" "")
+STEPS=400 HB=0.5 PT=2 conf $dir c "a b c"
+unset PEER_PORTS
+sleep 0.3
+for s in a b c; do start $dir $s; done
+lastround() { grep -o "round [0-9]* |" $dir/$1.log 2>/dev/null | tail -1 | grep -o "[0-9]*"; }
+for _ in $(seq 1 600); do [[ $(lastround b) -ge 3 ]] 2>/dev/null && break; sleep 0.1; done
+kill -USR1 "${wans[@]}"
+ra0=$(lastround a) rb0=$(lastround b)
+for _ in $(seq 1 1200); do [[ $(lastround b) -ge $((rb0 + 4)) ]] 2>/dev/null && break; sleep 0.1; done
+ra1=$(lastround a) rb1=$(lastround b)
+kill -USR2 "${wans[@]}"
+rc=0
+for s in a b c; do eval "await \$PID_$s 400" || rc=1; done
+kill "${wans[@]}" 2>/dev/null
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
+# one history: for every round, the theta every site recorded is the same
+forks=$(python3 - $dir <<'PY'
+import json, sys
+seen, bad = {}, 0
+for s in "abc":
+    for line in open(f"{sys.argv[1]}/run-{s}/events.jsonl"):
+        e = json.loads(line)
+        if e.get("event") == "round" and e.get("theta"):
+            bad += seen.setdefault(e["round"], e["theta"]) != e["theta"]
+print(bad)
+PY
+)
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" && $forks == 0 && $ra1 == "$ra0" && $rb1 -ge $((rb0 + 3)) ]] &&
+    grep -q "no quorum: 1 of 3 sites reachable" $dir/a.log &&
+    grep -q "discarding [0-9]* inner steps" $dir/a.log &&
+    grep -q "joined at round" $dir/a.log &&
+    grep -q '"event":"no-quorum"' $dir/run-a/events.jsonl; then
+    ok "partition {a} | {b, c}: b, c committed rounds $rb0..$rb1, a none (no quorum); after the heal a re-synced and all three end on ${ha:0:12} with one history"
+else
+    no "partition: rc $rc, a rounds $ra0..$ra1, b $rb0..$rb1, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'quorum\|discarding\|joined\|error' $dir/a.log | head -4)"
+fi
+
+# ---- 2h. a corrupted theta_global (issue 13) ----------------------------------------
+# c flips a bit of its theta_global, and of the copy it publishes, halfway
+# through round 2 (AL_FAULT=corrupt:2). At the interval's end it no longer
+# hashes to the committed base: c says so, finds its own copy damaged too,
+# pulls the round's state from a peer, trains the interval again, and all
+# three end on one theta.
+dir=r2h
+PORTS=($(port) $(port) $(port))
+for s in a b c; do STEPS=100 conf $dir $s "a b c"; done
+start $dir a
+start $dir b
+AL_FAULT=corrupt:2 start $dir c
+rc=0
+for s in a b c; do eval "await \$PID_$s 300" || rc=1; done
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" ]] &&
+    grep -q "round 2: theta_global hashes to .*, not the committed .*: corrupted here" $dir/c.log &&
+    grep -q "the persisted theta_global is corrupted too" $dir/c.log &&
+    grep -q "joined at round 2\|joined at round 3" $dir/c.log; then
+    ok "a corrupted theta_global is caught at the end of its interval and repaired from a peer; all three end on ${ha:0:12}"
+else
+    no "corrupted theta: rc $rc, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'corrupt\|joined\|error' $dir/c.log | head -4)"
+fi
+
 # ---- 2c. a connection cut through wanem mid-sync ----------------------------------
 PORTS=($(port) $(port))
 wp=$(port)
@@ -271,7 +354,9 @@ wp=$(port)
     >r3.wanem.log 2>&1 &
 pids+=($!)
 wanem=$!
-PEER_PORTS=("" $wp) conf r3 a "a b"
+PEER_PORTS=("" $wp) # a reaches b through the proxy
+conf r3 a "a b"
+unset PEER_PORTS
 conf r3 b "a b"
 sleep 0.3
 start r3 a
@@ -497,6 +582,33 @@ if [[ $rc -eq 0 ]] && grep -q "waiting for \[round\] min_sites = 2" r9/a.log && 
 else
     no "min_sites wait: status $rc: $(tail -n 3 r9/a.log)"
 fi
+# SIGTERM while joining: c finds a and b ahead and pulls their state; then a
+# and b freeze (SIGSTOP). SIGTERM ends c with status 0 once the pull in flight
+# gives up (3 tries of deadline_s), or, if the pull was done, once the round
+# it cannot commit alone has had its time (2 deadlines + peer_timeout_s);
+# before, it waited out the join's timeout (4 deadlines + 60 s) and exited 1
+PORTS=($(port) $(port) $(port))
+for s in a b c; do STEPS=4000 conf r9j $s "a b c"; done
+start r9j a
+start r9j b
+for _ in $(seq 1 600); do grep -q "round 2 |" r9j/a.log 2>/dev/null && break; sleep 0.1; done
+start r9j c
+for _ in $(seq 1 600); do grep -q "pulling the committed state" r9j/c.log 2>/dev/null && break; sleep 0.05; done
+kill -STOP "$PID_a" "$PID_b"
+sleep 1
+kill -TERM "$PID_c"
+tj=$(date +%s)
+jd=${AL_TEST_DEADLINE:-5}
+await "$PID_c" $((3 * jd + 30))
+rc=$?
+tj=$(($(date +%s) - tj))
+kill -KILL "$PID_a" "$PID_b" 2>/dev/null
+kill -CONT "$PID_a" "$PID_b" 2>/dev/null
+if [[ $rc -eq 0 ]] && grep -q "pulling the committed state from" r9j/c.log && ((tj <= 3 * jd + 15)); then
+    ok "SIGTERM while joining: c ends with status 0 after ${tj} s"
+else
+    no "SIGTERM while joining: status $rc after ${tj} s: $(tail -n 3 r9j/c.log)"
+fi
 
 # a checkpoint whose counters are malformed (with a matching SHA-256, so it
 # passes the integrity check) is refused with the counter's name
@@ -531,7 +643,7 @@ expect_err "r5wold/step-[0-9]+/manifest.json: no worker state .*cannot resume 2 
 ck=r2-interval/run-a
 last=$(ls -d $ck/step-* | sort | tail -n 1)
 python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(3000); b=f.read(1); f.seek(3000); f.write(bytes([b[0]^1]))' "$last/model.safetensors"
-"$bin" agent -c r2-interval/a.ini --resume $ck --set round.deadline_s=1 >r6/resume.log 2>&1
+timeout 300 "$bin" agent -c r2-interval/a.ini --resume $ck --set round.deadline_s=1 --set round.quorum=any >r6/resume.log 2>&1
 if grep -q "skipping checkpoint .*SHA-256 mismatch" r6/resume.log && grep -q "resumed from" r6/resume.log &&
     [[ $(ls -d $ck/step-* | wc -l) -ge 2 ]]; then
     ok "corrupt newest checkpoint: skipped with a warning, resumed from the previous one"

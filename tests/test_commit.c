@@ -213,11 +213,72 @@ static void test_bad_input(void **state) {
     for (int j = 0; j < M; j++) free(d[j]);
 }
 
+/* [outer] overlap = delayed: the merge against the hand-computed two-site
+ * example of docs/outer.md. θ_1 = (1, 1); a ran from (0.9, 1.1) to (0.7, 1.0),
+ * b from (1.2, 0.8) to (1.1, 0.9): Δ^a = (0.2, 0.1), Δ^b = (0.1, -0.1),
+ * merged θ^a = (0.8, 0.9), θ^b = (0.9, 1.1), Δ̄ = (0.15, 0), and DiLoCo's
+ * step with lr 1 and no momentum gives θ_2 = (0.85, 1). */
+static void test_overlap_merge(void **state) {
+    (void)state;
+    const float g[2] = {1.0f, 1.0f};
+    float from_a[2] = {0.9f, 1.1f}, a[2] = {0.7f, 1.0f};
+    float from_b[2] = {1.2f, 0.8f}, b[2] = {1.1f, 0.9f};
+    float da[2], db[2], dbar[2];
+    double sqa, sqb;
+    al_err err = {0};
+    assert_int_equal(al_commit_merge(a, from_a, g, 2, da, &sqa, &err), 0);
+    assert_int_equal(al_commit_merge(b, from_b, g, 2, db, &sqb, &err), 0);
+    const float want_da[2] = {0.2f, 0.1f}, want_db[2] = {0.1f, -0.1f};
+    const float want_a[2] = {0.8f, 0.9f}, want_b[2] = {0.9f, 1.1f};
+    for (int i = 0; i < 2; i++) {
+        assert_float_equal(da[i], want_da[i], 1e-6);
+        assert_float_equal(db[i], want_db[i], 1e-6);
+        assert_float_equal(a[i], want_a[i], 1e-6);
+        assert_float_equal(b[i], want_b[i], 1e-6);
+        /* afterwards Δ is measured from θ_global, as in a blocking round */
+        assert_float_equal(g[i] - a[i], da[i], 1e-6);
+    }
+    assert_double_near(sqa, (double)da[0] * da[0] + (double)da[1] * da[1], 1e-12);
+    /* the round: the mean of the two, and the outer step on θ_1 */
+    al_commit_codec c;
+    al_codec_cfg cfg = {.kind = AL_CODEC_FP32, .block = 128};
+    assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
+    const float *d[2] = {da, db};
+    int sites[2] = {0, 1};
+    assert_int_equal(al_commit_exchange(&c, d, sites, NULL, 2, 2, dbar, NULL, &err), 0);
+    assert_float_equal(dbar[0], 0.15f, 1e-6);
+    assert_float_equal(dbar[1], 0.0f, 1e-6);
+    al_outer_cfg oc;
+    al_outer_cfg_default(&oc);
+    oc.lr = 1.0;
+    oc.momentum = 0.0;
+    oc.correction = AL_CORRECTION_NONE;
+    al_outer o;
+    assert_int_equal(al_outer_init(&o, &oc, g, 2, &err), 0);
+    assert_int_equal(al_outer_step(&o, dbar, 1.0, &err), 0);
+    assert_float_equal(o.theta[0], 0.85f, 1e-6);
+    assert_float_equal(o.theta[1], 1.0f, 1e-6);
+    al_outer_free(&o);
+    al_commit_codec_free(&c);
+    /* a non-finite value is refused, naming where, and nothing is written */
+    float bad[2] = {0.5f, NAN}, keep[2] = {0.5f, NAN};
+    assert_int_equal(al_commit_merge(bad, from_a, g, 2, da, &sqa, &err), AL_ENUMERIC);
+    assert_non_null(strstr(err.msg, "index 1"));
+    assert_memory_equal(bad, keep, sizeof bad);
+    /* the names */
+    al_overlap ov;
+    assert_int_equal(al_overlap_parse("delayed", &ov, &err), 0);
+    assert_int_equal(ov, AL_OVERLAP_DELAYED);
+    assert_string_equal(al_overlap_name(AL_OVERLAP_NONE), "none");
+    assert_int_equal(al_overlap_parse("streaming", &ov, &err), AL_ECONFIG);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shard_range),        cmocka_unit_test(test_fp32_is_the_mean),
         cmocka_unit_test(test_int8_within_bounds), cmocka_unit_test(test_outliers),
         cmocka_unit_test(test_decide_and_step),    cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_overlap_merge),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,6 +145,22 @@ try:
             time.sleep(0.3)
         check(member, f"peer table shows b as a member with its last-seen time, as the status "
               f"and /metrics do: {rows}")
+        # agreement per round (issue 13): the newest rounds with their theta
+        # and "2 of 2" sites agreeing, as /api/v1/rounds records them
+        agreed, rows = False, []
+        for _ in range(40):
+            rows = drv.execute_script(
+                "return Array.from(document.querySelectorAll('#agree tbody tr'))"
+                ".map(r => [r.getAttribute('data-round'), r.innerText])")
+            recs = json.loads(urllib.request.urlopen(url + "api/v1/rounds", timeout=5).read())["rounds"]
+            byround = {str(r["round"]): r for r in recs}
+            if rows and all(rd in byround and byround[rd]["theta"][:12] in txt
+                            and f'{byround[rd]["agree"]} of {byround[rd]["configured"]}' in txt
+                            for rd, txt in rows) and "2 of 2" in rows[0][1]:
+                agreed = True
+                break
+            time.sleep(0.3)
+        check(agreed, f"agreement table shows each round's theta and its sites (2 of 2): {rows[:2]}")
         drv.save_screenshot(os.path.join(shots, "dashboard.png"))
         # /metrics carries the same byte totals as the agent's status
         same = False

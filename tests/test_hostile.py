@@ -139,8 +139,9 @@ def forge_gather(pb, tmp, ports, nparams):
     codes = []
     for _ in range(5):
         r = ping(pb.Heartbeat(schema=1, site="c", round=0, epoch=0), timeout=10).round + 1
-        msg = pb.ShardChunk(schema=1, site="c", round=r, epoch=0, phase=pb.PHASE_GATHER,
-                            shard_id=1, num_shards=136,  # id of shard 0 of M = 2: M(M-1)/2 + 0
+        # the attempt of epoch 0 with members a, b: epoch << 16 | 0b011; shard 0 (a's)
+        msg = pb.ShardChunk(schema=1, site="c", round=r, epoch=0b011, phase=pb.PHASE_GATHER,
+                            shard_id=0, num_shards=16,
                             offset=0, total_bytes=len(enc), codec=pb.CODEC_INT8, zstd=False,
                             payload=enc, checksum=sums[0], shard_checksum=sums[1])
         try:
@@ -212,10 +213,10 @@ def attack(pb, tmp, ports):
     ping = ch.unary_unary("/autoloco.v1.Site/Ping", request_serializer=pb.Heartbeat.SerializeToString,
                           response_deserializer=pb.Heartbeat.FromString)
     hb = ping(pb.Heartbeat(schema=1, site="c", round=0, epoch=0), timeout=10)
-    # shard 0 of 3 members (id M(M-1)/2 + k = 3), announcing 64 MiB
+    # shard 0 of the 3 members a, b, c (attempt tag: epoch << 16 | 0b111), announcing 64 MiB
     part = bytes(1024)
-    big = pb.ShardChunk(schema=1, site="c", round=hb.round, epoch=hb.epoch, phase=pb.PHASE_REDUCE,
-                        shard_id=3, num_shards=136,  # AG_SHARD_SPACE
+    big = pb.ShardChunk(schema=1, site="c", round=hb.round, epoch=hb.epoch << 16 | 0b111,
+                        phase=pb.PHASE_REDUCE, shard_id=0, num_shards=16,
                         offset=0, total_bytes=64 << 20,
                         codec=pb.CODEC_INT8, zstd=True, payload=part, checksum=0,
                         shard_checksum=0)

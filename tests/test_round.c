@@ -796,9 +796,55 @@ static void test_restart_holds_vote(void **st) {
     free(m);
 }
 
+/* Two sites, quorum majority (both), the peer never heard: the site trains,
+ * says "no quorum", votes null once and waits. It used to void attempt after
+ * attempt, one per event (over a million in seconds in the agent, a persisted
+ * vote each). When the peer is heard, the void attempt is left and the next
+ * one begins. */
+static void test_alone_no_storm(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_err err;
+    al_round_cfg cfg = GOOD;
+    cfg.nsites = 2;
+    assert_int_equal(al_round_init(m, &cfg, &START, 0, &err), 0);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    int trained = 0, votes = 0;
+    for (int k = 1; k <= 1200; k++) { /* 60 s of ticks */
+        al_round_event ev = {.type = AL_EV_TICK, .now = 0.05 * k, .peer = -1};
+        al_round_step(m, &ev);
+        int n = al_round_ready(m, a, AL_ROUND_MAX_ACTIONS);
+        for (int i = 0; i < n; i++) {
+            votes += a[i].type == AL_ACT_PERSIST_VOTE;
+            if (a[i].type == AL_ACT_TRAIN && !trained++) {
+                al_round_event done = {.type = AL_EV_INTERVAL_DONE,
+                                       .now = ev.now,
+                                       .peer = -1,
+                                       .round = 0,
+                                       .hash = m->base};
+                al_round_step(m, &done);
+            }
+        }
+    }
+    print_message("  alone for 60 s: trained %d, votes persisted %d, epoch %llu, '%s'\n", trained,
+                  votes, (unsigned long long)m->epoch, m->health);
+    assert_int_equal(trained, 1);
+    assert_int_equal(votes, 1);
+    assert_int_equal(m->epoch, 0);
+    assert_string_equal(m->health, "no quorum: 1 of 2 sites reachable");
+    /* the peer is back, at this round and attempt, not yet voted: the null
+     * attempt is void now, and the next one starts */
+    al_round_event back = {.type = AL_EV_STATUS, .now = 61, .peer = 1, .st = {.round = 0}};
+    al_round_step(m, &back);
+    assert_int_equal(m->epoch, 1);
+    free(m);
+}
+
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
-        cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote)
+        cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
+        cmocka_unit_test(test_alone_no_storm)
 
 int main(int argc, char **argv) {
     prog = argv[0];

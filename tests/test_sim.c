@@ -472,6 +472,43 @@ static void test_sim_comm_floor(void **state) {
     al_policy_free(p);
 }
 
+/* [outer] overlap = delayed: one round is exactly a blocking round (the merge
+ * computes the same Δ from θ_global), so a one-round run ends on the same
+ * hash; over four rounds the eager starts change the trajectory, the bytes
+ * and syncs stay those of blocking, and the projected time hides the
+ * exchanges behind the intervals: compute ≤ overlap_s ≤ projected_s, with
+ * overlap_s = projected_s when blocking. */
+static void test_overlap_delayed(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    al_sim_result a1, b1, a, b;
+    opts_for(&o, &p, "fixed", 2, 10, 10);
+    run_ok(&o, &a1);
+    o.overlap = AL_OVERLAP_DELAYED;
+    run_ok(&o, &b1);
+    assert_int_equal(a1.syncs, 1);
+    assert_string_equal(a1.hash, b1.hash);
+    o.train.steps = 40;
+    o.overlap = AL_OVERLAP_NONE;
+    run_ok(&o, &a);
+    o.overlap = AL_OVERLAP_DELAYED;
+    run_ok(&o, &b);
+    print_message("  blocking eval %.4f, %.3f s; delayed eval %.4f, %.3f s (compute %.3f)\n",
+                  a.final_eval_loss, a.overlap_s, b.final_eval_loss, b.overlap_s, b.compute_s);
+    assert_int_equal(b.syncs, 4);
+    assert_true(a.bytes == b.bytes);
+    assert_string_not_equal(a.hash, b.hash);
+    assert_true(isfinite(b.final_eval_loss) && fabs(b.final_eval_loss - a.final_eval_loss) < 0.5);
+    assert_true(a.overlap_s == a.projected_s);
+    assert_true(b.overlap_s < b.projected_s && b.overlap_s >= b.compute_s);
+    al_sim_result_free(&a1);
+    al_sim_result_free(&b1);
+    al_sim_result_free(&a);
+    al_sim_result_free(&b);
+    al_policy_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
@@ -483,6 +520,7 @@ int main(void) {
         cmocka_unit_test(test_nan_site_left_out),
         cmocka_unit_test(test_ddp_one_site_is_training),
         cmocka_unit_test(test_codec_bytes),
+        cmocka_unit_test(test_overlap_delayed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -107,6 +107,17 @@ typedef struct al_stats {
     uint32_t steps;
 } al_stats;
 
+/* A site's round status as heartbeats carry it (runtime/al_round.h's
+ * al_round_status in wire terms): vote 0 none, 1 null, 2 a hash. */
+typedef struct al_peer_status {
+    uint64_t round, epoch;
+    int have_base; /* 0: the sender has no round protocol (then only round, epoch) */
+    uint8_t base[32];
+    uint32_t vote;
+    uint8_t vote_hash[32];
+    uint32_t members;
+} al_peer_status;
+
 /* ---- TLS --------------------------------------------------------------------------- */
 
 typedef struct al_tls_paths {
@@ -146,6 +157,11 @@ typedef struct al_server_hooks {
     int (*state)(void *user, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
                  void **ref, char *why, size_t n);
     void (*state_done)(void *user, void *ref);
+    /* A heartbeat from `site` (authenticated, validated) with its status: fill
+     * *mine with ours for the reply. NULL: the reply carries the server's
+     * round and epoch only. */
+    void (*status)(void *user, const char *site, const al_peer_status *theirs,
+                   al_peer_status *mine);
 } al_server_hooks;
 
 typedef struct al_server_cfg {
@@ -164,6 +180,8 @@ typedef struct al_server_cfg {
     uint32_t num_shards;      /* shards per vector this run (default 1) */
     uint64_t max_shard_bytes; /* largest shard accepted (default 1 GiB + 64 KiB) */
     double idle_timeout_s;    /* longest wait for a client's next message (default 30) */
+    int attempts;             /* 1: `epoch` tags an attempt within a round, in any order
+                               * (the hooks judge it); the window is by round only */
     al_server_hooks hooks;
     const al_log *log; /* may be NULL */
 } al_server_cfg;
@@ -176,7 +194,8 @@ void al_server_set_round(al_server *s, uint64_t round, uint64_t epoch);
 /* What the server answers to a Hello (its site and run id are filled in). */
 void al_server_set_hello(al_server *s, const al_hello *mine);
 /* Bytes received from and sent to one peer (0 for an unknown one); heartbeats
- * (Ping) are control traffic and counted on neither side. */
+ * (Ping) and statistics (PushStats) are control traffic, counted on neither
+ * side (a client for them sets `uncounted`). */
 void al_server_bytes(al_server *s, const char *peer, uint64_t *rx, uint64_t *tx);
 /* Calls refused so far, by status (for tests and the dashboard). */
 uint64_t al_server_refusals(al_server *s, al_status st);
@@ -201,6 +220,8 @@ typedef struct al_client_cfg {
     int max_attempts;          /* per operation, retrying UNAVAILABLE / DEADLINE (default 6) */
     double backoff_s, backoff_max_s; /* capped exponential backoff, full jitter (0.1, 5) */
     uint64_t seed;                   /* jitter RNG */
+    int uncounted;                   /* 1: control traffic (heartbeats, statistics): its
+                                      * bytes are in no count (al_client_bytes gives 0) */
     const al_log *log;
 } al_client_cfg;
 
@@ -221,6 +242,9 @@ int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_
 /* Heartbeat: round trip; *peer_ms receives the peer's clock. Its bytes are not
  * in al_client_bytes (nor in the server's count). */
 int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_ms, al_err *err);
+/* The same carrying our round status; *theirs receives the peer's (have_base
+ * = 0 from a server without a status hook). Control traffic, uncounted. */
+int al_client_status(al_client *c, const al_peer_status *mine, al_peer_status *theirs, al_err *err);
 /* The gRPC status of the last call and its details. */
 int al_client_last_status(const al_client *c);
 const char *al_client_last_details(const al_client *c);

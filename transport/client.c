@@ -295,6 +295,28 @@ int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_
     return rc;
 }
 
+int al_client_status(al_client *c, const al_peer_status *mine, al_peer_status *theirs,
+                     al_err *err) {
+    Autoloco__V1__Heartbeat m = AUTOLOCO__V1__HEARTBEAT__INIT;
+    m.schema = AL_SCHEMA;
+    m.site = c->site;
+    wire_status_to(&m, mine);
+    Autoloco__V1__Heartbeat *rep = NULL;
+    uint64_t tx = c->tx, rx = c->rx;
+    int rc = unary(c, "Ping", &m.base, &autoloco__v1__heartbeat__descriptor,
+                   (ProtobufCMessage **)&rep, err);
+    c->tx = tx; /* control traffic, as al_client_ping */
+    c->rx = rx;
+    if (rc) return rc;
+    char why[200];
+    if (wire_check_heartbeat(rep, why, sizeof why))
+        rc = al_errf(err, AL_EPEER, "grpc Ping -> %s: invalid reply: %s", c->peer, why);
+    else
+        wire_status_from(theirs, rep);
+    protobuf_c_message_free_unpacked(&rep->base, NULL);
+    return rc;
+}
+
 /* ---- shards: a client stream of chunks, resumable ------------------------------------- */
 
 typedef struct shard_io {
@@ -568,6 +590,6 @@ const char *al_client_last_details(const al_client *c) {
 }
 
 void al_client_bytes(const al_client *c, uint64_t *tx, uint64_t *rx) {
-    *tx = c->tx;
-    *rx = c->rx;
+    *tx = c->cfg.uncounted ? 0 : c->tx;
+    *rx = c->cfg.uncounted ? 0 : c->rx;
 }

@@ -78,7 +78,7 @@ typedef struct call_ctx {
     char cn[AL_SITE_MAX + 1];
     char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
     int counted;      /* this call is counted in peer->active (until its status is sent) */
-    int control;      /* a heartbeat (Ping): its bytes are in no count, as the client's */
+    int control;      /* a heartbeat (Ping) or statistics: control traffic, in no count */
 } call_ctx;
 
 static void logf_(const al_server *s, al_log_level lvl, const char *fmt, ...)
@@ -274,6 +274,7 @@ static void remove_shard(al_server *s, shard_entry *e) {
 
 /* round r or r + 1 of epoch e (a fast peer may already send the next round) */
 static int check_round(al_server *s, uint64_t round, uint64_t epoch, char *why, size_t n) {
+    if (s->cfg.attempts) epoch = s->epoch; /* an attempt tag: the hooks judge it */
     if (epoch < s->epoch || (epoch == s->epoch && round < s->round)) {
         snprintf(why, n, "round: (round %llu, epoch %llu) is stale: this site is at (%llu, %llu)",
                  (unsigned long long)round, (unsigned long long)epoch, (unsigned long long)s->round,
@@ -535,6 +536,11 @@ static void do_ping(call_ctx *c) {
     Autoloco__V1__Heartbeat *m = NULL;
     int st = read_unary(c, &autoloco__v1__heartbeat__descriptor, (ProtobufCMessage **)&m, why);
     if (!st && !(st = wire_check_heartbeat(m, why, WHY))) st = check_identity(c, m->site, why, WHY);
+    al_peer_status theirs, mine;
+    memset(&mine, 0, sizeof mine);
+    if (!st) wire_status_from(&theirs, m);
+    if (!st && s->cfg.hooks.status)
+        s->cfg.hooks.status(s->cfg.hooks.user, c->peer->site, &theirs, &mine);
     if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
     if (st) {
         finish(c, st, why);
@@ -545,10 +551,14 @@ static void do_ping(call_ctx *c) {
     Autoloco__V1__Heartbeat rep = AUTOLOCO__V1__HEARTBEAT__INIT;
     rep.schema = AL_SCHEMA;
     rep.site = s->site;
-    pthread_mutex_lock(&s->mu);
-    rep.round = s->round;
-    rep.epoch = s->epoch;
-    pthread_mutex_unlock(&s->mu);
+    if (s->cfg.hooks.status) {
+        wire_status_to(&rep, &mine);
+    } else {
+        pthread_mutex_lock(&s->mu);
+        rep.round = s->round;
+        rep.epoch = s->epoch;
+        pthread_mutex_unlock(&s->mu);
+    }
     rep.sent_unix_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
     if (send_msg(c, &rep.base) == 0) finish(c, AL_ST_OK, "");
 }
@@ -668,7 +678,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         if (mlen == plen + nl && !memcmp(mp, AL_METHOD_PREFIX, plen) &&
             !memcmp(mp + plen, methods[i].name, nl)) {
             found = 1;
-            c.control = methods[i].fn == do_ping;
+            c.control = methods[i].fn == do_ping || methods[i].fn == do_stats;
             methods[i].fn(&c);
         }
     }
@@ -812,7 +822,7 @@ void al_server_set_round(al_server *s, uint64_t round, uint64_t epoch) {
     s->epoch = epoch;
     for (size_t i = 0; i < s->nshards;) {
         shard_entry *e = &s->shards[i];
-        if (e->meta.epoch != epoch || e->meta.round < round)
+        if ((!s->cfg.attempts && e->meta.epoch != epoch) || e->meta.round < round)
             remove_shard(s, e);
         else
             i++;

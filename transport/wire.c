@@ -315,7 +315,50 @@ int wire_check_state_chunk(const Autoloco__V1__StateChunk *m, uint64_t max_total
 }
 
 int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n) {
-    return check_common(m->schema, m->site, why, n);
+    int st = check_common(m->schema, m->site, why, n);
+    if (st) return st;
+    if (m->base_hash.len != 0 && m->base_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "heartbeat: base hash of %zu bytes (0 or 32)",
+                   m->base_hash.len);
+    if (m->vote > 2)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "heartbeat: vote %u (0 none, 1 null, 2 hash)",
+                   m->vote);
+    if (m->vote == 2 && (m->vote_hash.len != 32 || m->members == 0))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: a hash vote needs a 32-byte hash and its members (%zu bytes, "
+                   "members %#x)",
+                   m->vote_hash.len, m->members);
+    if (m->vote != 2 && (m->vote_hash.len != 0 || m->members != 0))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: a hash or members without a hash vote (vote %u)", m->vote);
+    return AL_ST_OK;
+}
+
+void wire_status_from(al_peer_status *out, const Autoloco__V1__Heartbeat *m) {
+    memset(out, 0, sizeof *out);
+    out->round = m->round;
+    out->epoch = m->epoch;
+    out->have_base = m->base_hash.len == 32;
+    if (out->have_base) memcpy(out->base, m->base_hash.data, 32);
+    out->vote = m->vote;
+    if (m->vote_hash.len == 32) memcpy(out->vote_hash, m->vote_hash.data, 32);
+    out->members = m->members;
+}
+
+/* `st` must outlive m: the bytes fields point into it. */
+void wire_status_to(Autoloco__V1__Heartbeat *m, const al_peer_status *st) {
+    m->round = st->round;
+    m->epoch = st->epoch;
+    if (st->have_base) {
+        m->base_hash.data = (uint8_t *)st->base;
+        m->base_hash.len = 32;
+    }
+    m->vote = st->vote;
+    if (st->vote == 2) {
+        m->vote_hash.data = (uint8_t *)st->vote_hash;
+        m->vote_hash.len = 32;
+        m->members = st->members;
+    }
 }
 
 int wire_check_ack(const Autoloco__V1__ShardAck *m, char *why, size_t n) {

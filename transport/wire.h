@@ -45,6 +45,8 @@ int wire_check_state_request(const Autoloco__V1__StateRequest *m, char *why, siz
 int wire_check_state_chunk(const Autoloco__V1__StateChunk *m, uint64_t max_total, char *why,
                            size_t n);
 int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n);
+void wire_status_from(al_peer_status *out, const Autoloco__V1__Heartbeat *m);
+void wire_status_to(Autoloco__V1__Heartbeat *m, const al_peer_status *st);
 int wire_check_ack(const Autoloco__V1__ShardAck *m, char *why, size_t n);
 
 /* Conversions between the wire structs and al_transport.h's (after a check). */

@@ -1,0 +1,889 @@
+/* agent_round.c -- the agent's driver: the round protocol's Ready loop.
+ *
+ * The state machine of runtime/al_round.h decides; this file feeds it and
+ * carries out what it asks, in order (etcd raft's Ready/Advance loop):
+ *   events in:  a peer's status (heartbeats, agent_hb.c), a peer's statistics
+ *               that fit this site's interval, a timer tick, and the results
+ *               of the actions below;
+ *   actions:    train the interval (-> INTERVAL_DONE with θ_global's hash),
+ *               exchange Δ with the members the machine chose (agent_net.c;
+ *               -> EXCHANGE_DONE / _FAILED), compute the candidate outer step
+ *               beside θ_global (-> CANDIDATE), persist a vote, apply the
+ *               committed candidate (the round's bookkeeping: metrics, the
+ *               round record, the snapshot peers pull), revert it, pull the
+ *               committed state from a peer (-> SYNCED / SYNC_FAILED) and
+ *               adopt it, reload θ_global from the published copy (->
+ *               RELOADED), send the status and statistics (handed to the
+ *               heartbeat thread), log.
+ * A round commits only with [round] quorum of the configured sites voting the
+ * same candidate hash; a minority says "no quorum" and pulls the majority's
+ * state when it hears of it. The vote of each (round, epoch) is persisted to
+ * <checkpoint dir>/vote.json before any status shows it, and read back on
+ * --resume. See docs/ARCHITECTURE.md, "The round protocol". */
+#include "agent_impl.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the inner interval ------------------------------------------------------------ */
+
+int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err) {
+    (void)step;
+    (void)err;
+    agent *a = ctx;
+    al_workload_next(&a->wl, a->pieces, a->npieces);
+    *pieces = a->pieces;
+    *n = a->npieces;
+    return 0;
+}
+
+/* AL_FAULT=corrupt:R (tests): flip a bit of θ_global and of its published
+ * copy, as a memory or disk fault would; the state machine is to notice at
+ * the interval's end (θ_global no longer hashes to the committed base) and
+ * repair it from a peer. Once. */
+static void corrupt(agent *a) {
+    a->fault_corrupt = -1;
+    ((uint8_t *)a->outer.theta)[1] ^= 0x10;
+    pthread_mutex_lock(&a->mu);
+    if (a->snap && a->snap->outer_len > 100) a->snap->outer[a->snap->outer_len / 2] ^= 0x10;
+    pthread_mutex_unlock(&a->mu);
+    al_logf(&a->log, AL_LOG_WARN, "site %s: AL_FAULT corrupt: flipped a bit of theta_global",
+            a->name[a->self]);
+}
+
+/* Train until the interval has h steps (or the budget ends). A signal does
+ * not cut the interval short: the agent finishes the round with its peers and
+ * stops at the round's end, so that sites stopped together stop at the same
+ * round and resume bit-for-bit (stopping mid-interval let a peer that had
+ * already reached the exchange drop this site and go on alone). */
+static int run_interval(agent *a, long h, al_err *err) {
+    long target = AL_MIN(h, a->cfg->inner_steps - (a->step - a->iv.steps));
+    if (a->workers == 1) {
+        int told = 0;
+        while (a->iv.steps < target) {
+            if (*a->stop && !told++)
+                al_logf(&a->log, AL_LOG_INFO,
+                        "site %s: signal %d: finishing round %ld (%ld of %ld steps done), then "
+                        "saving",
+                        a->name[a->self], (int)*a->stop, a->round, a->iv.steps, target);
+            if (a->round == a->fault_interval && a->iv.steps == target / 2) raise(SIGKILL);
+            if (a->round == a->fault_freeze && a->iv.steps == target / 2) raise(SIGSTOP);
+            if (a->round == a->fault_corrupt && a->iv.steps == target / 2) corrupt(a);
+            al_step_stats st;
+            int rc = al_trainer_step(&a->tr, &st, err);
+            if (rc) return rc;
+            a->iv.steps++;
+            a->step++;
+            a->iv.loss_sum += st.loss;
+            a->iv.gnorm_sum += st.grad_norm;
+            a->iv.lr_sum += st.lr;
+            a->iv.lr_sq_sum += st.lr * st.lr;
+            a->iv.lr_last = st.lr;
+            a->iv.tokens += st.tokens;
+            a->iv.compute_s += st.seconds;
+        }
+        return 0;
+    }
+    if (a->round == a->fault_corrupt) corrupt(a);
+    double t0 = al_now();
+    long first = a->odc.step + 1, n = target - a->iv.steps;
+    int rc = al_odc_run(&a->odc, n, err);
+    if (rc) return rc;
+    for (long s = first; s < first + n; s++) {
+        const al_odc_step_stats *st = al_odc_stats(&a->odc, s);
+        if (!st) return al_errf(err, AL_EINVAL, "step %ld: statistics not recorded", s);
+        a->iv.loss_sum += st->loss;
+        a->iv.gnorm_sum += st->grad_norm;
+        a->iv.lr_sum += st->lr;
+        a->iv.lr_sq_sum += st->lr * st->lr;
+        a->iv.lr_last = st->lr;
+        a->iv.tokens += st->tokens;
+    }
+    a->iv.steps += n;
+    a->step += n;
+    a->iv.compute_s += al_now() - t0;
+    return 0;
+}
+
+float *ag_theta_local(agent *a) {
+    return a->workers == 1 ? a->tr.model.params : a->odc.params;
+}
+
+/* ---- hashes and statuses -------------------------------------------------------------- */
+
+static void hash_of(const al_outer *o, al_round_hash *h) {
+    char hx[65];
+    al_outer_hash(o, hx);
+    for (int k = 0; k < 32; k++) {
+        unsigned v = 0;
+        sscanf(hx + 2 * k, "%2x", &v);
+        h->b[k] = (uint8_t)v;
+    }
+}
+
+static void hash_hex(const al_round_hash *h, char hx[65]) {
+    for (int k = 0; k < 32; k++) snprintf(hx + 2 * k, 3, "%02x", h->b[k]);
+}
+
+static int hex_hash(const char *hx, al_round_hash *h) {
+    if (!hx || strlen(hx) != 64) return -1;
+    for (int k = 0; k < 32; k++) {
+        unsigned v = 0;
+        if (sscanf(hx + 2 * k, "%2x", &v) != 1) return -1;
+        h->b[k] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static void status_in(const al_peer_status *p, al_round_status *st) {
+    memset(st, 0, sizeof *st);
+    st->round = (long)AL_MIN(p->round, (uint64_t)LONG_MAX);
+    st->epoch = p->epoch;
+    memcpy(st->base.b, p->base, 32);
+    st->vote = (int)p->vote;
+    if (p->vote == AL_VOTE_HASH) {
+        memcpy(st->value.hash.b, p->vote_hash, 32);
+        st->value.members = p->members;
+    }
+}
+
+static void status_out(const al_round_status *st, al_peer_status *p) {
+    memset(p, 0, sizeof *p);
+    p->round = (uint64_t)AL_MAX(st->round, 0);
+    p->epoch = st->epoch;
+    p->have_base = 1;
+    memcpy(p->base, st->base.b, 32);
+    p->vote = (uint32_t)st->vote;
+    if (st->vote == AL_VOTE_HASH) {
+        memcpy(p->vote_hash, st->value.hash.b, 32);
+        p->members = st->value.members;
+    }
+}
+
+/* Feed one event, stamped now. */
+static void feed(agent *a, al_round_event *ev) {
+    ev->now = al_now();
+    al_round_step(&a->rm, ev);
+}
+
+/* ---- the persisted vote ---------------------------------------------------------------- */
+
+static void vote_path(const agent *a, char *p, size_t n) {
+    snprintf(p, n, "%s/vote.json", a->cfg->checkpoint_dir);
+}
+
+static int vote_save(agent *a, const al_round_vote *v, al_err *err) {
+    char path[4200], hx[65];
+    vote_path(a, path, sizeof path);
+    hash_hex(&v->value.hash, hx);
+    json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:s, s:I}", "run", a->run_hash, "round",
+                          (json_int_t)v->round, "epoch", (json_int_t)v->epoch, "vote", v->vote,
+                          "hash", hx, "members", (json_int_t)v->value.members);
+    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    int rc = js ? al_write_file_sync(path, js, strlen(js), err)
+                : al_errf(err, AL_ENOMEM, "vote: out of memory");
+    free(js);
+    return rc ? al_err_prefix(err, "persisting the vote of round %ld", v->round) : 0;
+}
+
+/* The last vote this site persisted, on --resume: its promise not to vote
+ * otherwise in that (round, epoch). None if absent or of another run. */
+static void vote_load(agent *a, al_round_vote *v) {
+    v->round = -1;
+    char path[4200];
+    vote_path(a, path, sizeof path);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    const char *run = NULL, *hx = NULL;
+    json_int_t r = -1, e = 0, mem = 0;
+    int vote = 0;
+    if (j &&
+        json_unpack(j, "{s:s, s:I, s:I, s:i, s:s, s:I}", "run", &run, "round", &r, "epoch", &e,
+                    "vote", &vote, "hash", &hx, "members", &mem) == 0 &&
+        !strcmp(run, a->run_hash) && r >= 0 && e >= 0 && vote >= AL_VOTE_NULL &&
+        vote <= AL_VOTE_HASH && hex_hash(hx, &v->value.hash) == 0) {
+        v->round = (long)r;
+        v->epoch = (uint64_t)e;
+        v->vote = vote;
+        v->value.members = (uint32_t)mem;
+    } else if (j) {
+        al_logf(&a->log, AL_LOG_WARN, "site %s: %s is not a vote of this run: ignored",
+                a->name[a->self], path);
+    }
+    json_decref(j);
+}
+
+static int machine_init(agent *a, al_err *err) {
+    for (int i = 0; i < a->nsites; i++) {
+        a->name_p[i] = a->name[i];
+        a->fed_round[i] = a->misfit_round[i] = -1;
+    }
+    al_round_cfg rc = {.nsites = a->nsites,
+                       .self = a->self,
+                       .quorum = a->quorum,
+                       .min_sites = (int)AL_MIN(a->cfg->round_min_sites, a->nsites),
+                       .heartbeat_s = a->cfg->round_heartbeat_s,
+                       .peer_timeout_s = a->cfg->round_peer_timeout_s,
+                       .deadline_s = a->cfg->round_deadline_s,
+                       .names = a->name_p};
+    al_round_start st;
+    memset(&st, 0, sizeof st);
+    st.round = a->round;
+    hash_of(&a->outer, &st.base);
+    st.last.round = -1;
+    st.held_round = -1; /* candidates are not persisted: a restarted voter pulls */
+    if (a->resumed) vote_load(a, &st.last);
+    int r = al_round_init(&a->rm, &rc, &st, al_now(), err);
+    if (r) return r;
+    a->rm_on = 1;
+    al_round_status s;
+    al_round_status_get(&a->rm, &s);
+    pthread_mutex_lock(&a->mu);
+    status_out(&s, &a->my_status);
+    pthread_mutex_unlock(&a->mu);
+    return 0;
+}
+
+/* ---- the outer state beside θ_global ---------------------------------------------------- */
+
+static int outer_copy(al_outer *dst, const al_outer *src, al_err *err) {
+    if (dst->n != src->n) {
+        al_outer_free(dst);
+        int rc = al_outer_init(dst, &src->cfg, src->theta, src->n, err);
+        if (rc) return rc;
+    }
+    dst->cfg = src->cfg;
+    memcpy(dst->theta, src->theta, src->n * sizeof(float));
+    memcpy(dst->mom, src->mom, src->n * sizeof(float));
+    dst->steps = src->steps;
+    dst->last = src->last;
+    return 0;
+}
+
+static void outer_swap(al_outer *x, al_outer *y) {
+    al_outer t = *x;
+    *x = *y;
+    *y = t;
+}
+
+/* θ_local := θ_global and the step counters follow a->step (after a commit
+ * the trainer goes on from there; after a pull or a reload too). */
+static void local_from_global(agent *a) {
+    memcpy(ag_theta_local(a), a->outer.theta, a->P * sizeof(float));
+    a->tr.step = a->step;
+    if (a->workers > 1) a->odc.step = a->step;
+}
+
+/* A new round begins here: its receive window, and the state peers pull. */
+static int enter_round(agent *a, al_err *err) {
+    memset(&a->iv, 0, sizeof a->iv);
+    a->step0 = a->step;
+    a->mine_round = -1;
+    ag_set_round(a, a->round);
+    if (a->fault_publish_ms > 0) { /* test hook, see agent_impl.h */
+        struct timespec ts = {a->fault_publish_ms / 1000, (a->fault_publish_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return ag_publish_state(a, err);
+}
+
+/* The run is over here (the budget) or stopping (a signal): after this
+ * commit, wait only for the peers to see it. */
+static void check_finished(agent *a) {
+    if (a->finished) return;
+    if (a->step >= a->cfg->inner_steps || *a->stop) {
+        a->finished = 1;
+        a->linger_until = al_now() + a->cfg->round_deadline_s;
+    }
+}
+
+/* ---- the actions ---------------------------------------------------------------------- */
+
+/* AL_ACT_TRAIN: the interval of round a->round, then Δ = θ_global − θ_local
+ * and this site's statistics; INTERVAL_DONE carries θ_global's hash, which
+ * the machine checks against the committed base. */
+static int do_train(agent *a, al_err *err) {
+    if (a->finished) return 0;
+    if (a->mine_round == a->round) { /* trained already (a reload): again, from θ_global */
+        al_logf(&a->log, AL_LOG_INFO, "site %s: round %ld: training the interval again",
+                a->name[a->self], a->round);
+        a->step = a->step0;
+        memset(&a->iv, 0, sizeof a->iv);
+        local_from_global(a);
+    }
+    a->t_round0 = al_now();
+    int rc = run_interval(a, a->h, err);
+    if (rc) return rc;
+    a->t_train_end = al_now();
+    al_metrics_add(&a->met, AL_M_COMPUTE_S, a->iv.compute_s);
+    double dsq = 0;
+    if ((rc = al_pseudo_grad(a->delta, a->outer.theta, ag_theta_local(a), a->P, &dsq, err)))
+        return rc;
+    if (a->fault_poison != 0) { /* test hook: a poisoning member (it reports its norm) */
+        for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_poison;
+        dsq = a->fault_poison * a->fault_poison * (double)a->P;
+    }
+    long n = AL_MAX(a->iv.steps, 1);
+    a->mine = (al_site_stats){.site = a->self,
+                              .steps = a->iv.steps,
+                              .loss = a->iv.loss_sum / (double)n,
+                              .grad_norm = a->iv.gnorm_sum / (double)n,
+                              .delta_sq = dsq,
+                              .lr_sum = a->iv.lr_sum,
+                              .lr_sq_sum = a->iv.lr_sq_sum,
+                              .lr_last = a->iv.lr_last,
+                              .tokens = a->iv.tokens,
+                              .compute_s = a->iv.compute_s,
+                              .comm_s = a->xchg_s};
+    if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
+    a->mine_round = a->round;
+    al_round_event ev = {.type = AL_EV_INTERVAL_DONE, .peer = -1, .round = a->round};
+    hash_of(&a->outer, &ev.hash);
+    feed(a, &ev);
+    return 0;
+}
+
+/* AL_ACT_EXCHANGE: Δ with the members the machine chose. A failure is the
+ * round's business (a null vote), never the agent's end. */
+static int do_exchange(agent *a, const al_round_action *act) {
+    if (a->round == a->fault_stats) raise(SIGKILL); /* test hook, see agent_impl.h */
+    al_round_event ev = {
+        .type = AL_EV_EXCHANGE_FAILED, .peer = -1, .round = a->round, .epoch = act->epoch};
+    int M = 0, p = (int)(a->round & 1);
+    al_err e = {0};
+    int rc = 0;
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nsites && rc == 0; i++) {
+        if (!(act->members >> i & 1)) continue;
+        a->cand_mem[M] = i;
+        if (i == a->self) {
+            a->cand_st[M++] = a->mine;
+        } else if (a->have_stats[p][i] == a->round + 1 && a->stats_epoch[p][i] == act->epoch) {
+            al_site_stats st = a->stats[p][i];
+            /* the schedule's scalars are the same everywhere; the wire carries S_r */
+            st.lr_sq_sum = a->mine.lr_sq_sum;
+            st.lr_last = a->mine.lr_last;
+            a->cand_st[M++] = st;
+        } else {
+            ev.peer = i;
+            rc = al_errf(&e, AL_EPEER, "round %ld: %s's statistics were replaced", a->round,
+                         a->name[i]);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    a->cand_M = M;
+    double t_x = al_now();
+    if (rc == 0)
+        rc = ag_exchange(a, act->epoch, act->members, a->cand_mem, a->cand_st, M, &ev.peer, &e);
+    if (rc == 0) {
+        a->xchg_s = al_now() - t_x; /* the link's cost of a round, sent with the next stats */
+        a->t_comm_end = al_now();
+        ev.type = AL_EV_EXCHANGE_DONE;
+    } else {
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: round %ld: the exchange (attempt %llu, %d sites) "
+                "failed: %s",
+                a->name[a->self], a->round, (unsigned long long)act->epoch, M, e.msg);
+    }
+    feed(a, &ev);
+    return 0;
+}
+
+/* AL_ACT_PROPOSE: the outer step on a copy of the outer state; the policy
+ * decides the next H (its state before is kept for a revert). */
+static int do_propose(agent *a, const al_round_action *act, al_err *err) {
+    if (a->have_cand) al_policy_load(a->pol, a->pol_before, NULL);
+    a->have_cand = 0;
+    int rc = outer_copy(&a->cand, &a->outer, err);
+    if (rc) return rc;
+    al_policy_save(a->pol, a->pol_before, sizeof a->pol_before);
+    al_site_stats in_mean[AG_MAX_SITES];
+    int n_in = 0;
+    for (int j = 0; j < a->cand_M; j++)
+        if (!a->excluded[a->cand_mem[j]]) in_mean[n_in++] = a->cand_st[j];
+    rc = al_commit_decide(a->pol, in_mean, n_in, a->dbar, a->P, a->round, a->h, &a->cand_d, err);
+    if (rc == 0) rc = al_commit_step(&a->cand, a->dbar, &a->cand_d, a->progress_lr, err);
+    if (rc) {
+        al_policy_load(a->pol, a->pol_before, NULL);
+        return al_err_prefix(err, "round %ld", a->round);
+    }
+    a->have_cand = 1;
+    al_round_event ev = {
+        .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
+    hash_of(&a->cand, &ev.hash);
+    hash_of(&a->outer, &ev.theta);
+    feed(a, &ev);
+    return 0;
+}
+
+/* DiLoCo and DDP send 2 (M-1)/M P fp32 values per synchronisation (ring
+ * reduce-scatter + all-gather): every H_base steps, or every step. */
+static double sync_bytes(const agent *a, int M) {
+    return M > 1 ? 2.0 * (double)(M - 1) / (double)M * (double)a->P * 4.0 : 0.0;
+}
+
+/* Bytes since the last count: what our exchange clients sent (shards,
+ * handshakes, state pulls: the senders' total equals the receivers'), and
+ * what our server got. Heartbeats and statistics are control traffic, on
+ * neither side. */
+static double count_bytes(agent *a, double busy_s) {
+    double sent = a->tx_retired, recv = 0;
+    a->tx_retired = 0;
+    for (int i = 0; i < a->nsites; i++) {
+        if (i == a->self) continue;
+        double dtx = 0;
+        if (a->cli[i]) {
+            uint64_t tx, rx;
+            al_client_bytes(a->cli[i], &tx, &rx);
+            dtx = (double)tx - a->peer_tx[i];
+            a->peer_tx[i] = (double)tx;
+        }
+        sent += dtx;
+        uint64_t srx = 0, stx = 0;
+        al_server_bytes(a->srv, a->name[i], &srx, &stx);
+        double drx = (double)srx - a->peer_rx[i];
+        a->peer_rx[i] = (double)srx;
+        recv += (double)srx;
+        al_metrics_peer(&a->met, a->name[i], dtx, drx, busy_s);
+    }
+    al_metrics_add(&a->met, AL_M_BYTES_SENT, sent);
+    al_metrics_set(&a->met, AL_M_BYTES_RECV, a->recv_base + recv);
+    return sent;
+}
+
+/* The sites seen agreeing on the hash committed by act: this one, and every
+ * peer whose latest status voted it in the round's attempt or holds it as
+ * the next round's base. */
+static int agreeing(const agent *a, const al_round_action *act) {
+    int n = 1;
+    for (int i = 0; i < a->nsites; i++) {
+        const al_round_peer *p = &a->rm.peer[i];
+        if (i == a->self || !p->have) continue;
+        const al_round_status *st = &p->st;
+        n += (st->round == act->round && st->epoch == act->epoch && st->vote == AL_VOTE_HASH &&
+              !memcmp(st->value.hash.b, act->hash.b, 32)) ||
+             (st->round == act->round + 1 && !memcmp(st->base.b, act->hash.b, 32));
+    }
+    return n;
+}
+
+/* AL_ACT_APPLY: the candidate is committed: it becomes θ_global, and the
+ * round's bookkeeping follows (membership events, counters, the round
+ * record in the event log, evaluation, the log line), then the next round. */
+static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *err) {
+    al_round_hash h;
+    if (a->have_cand) hash_of(&a->cand, &h);
+    if (!a->have_cand || memcmp(h.b, act->hash.b, 32) != 0)
+        return al_errf(err, AL_EINVAL, "round %ld: asked to apply a candidate this site lacks",
+                       a->round);
+    outer_swap(&a->outer, &a->cand);
+    a->have_cand = 0;
+    long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
+    local_from_global(a);
+    const al_commit_decision *d = &a->cand_d;
+    long h_run = a->h;
+    int M = a->cand_M;
+    const int *members = a->cand_mem;
+    if (a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h_run;
+    /* membership events, from the change against the last round: a peer in
+     * this round that was out of the last one has (re)joined, one that was in
+     * it and is not now was dropped (unreachable, silent, or its statistics
+     * or shards did not fit; the log line before says which) */
+    int was[AG_MAX_SITES];
+    memcpy(was, a->live, sizeof was);
+    memset(a->live, 0, sizeof a->live);
+    for (int j = 0; j < M; j++) a->live[members[j]] = 1;
+    for (int i = 0; i < a->nsites; i++) {
+        if (i == a->self) continue;
+        if (a->live[i] && !was[i]) ag_event(a, a->ever_live[i] ? "rejoin" : "join", a->name[i]);
+        if (!a->live[i] && was[i]) ag_event(a, "drop", a->name[i]);
+        if (a->live[i]) a->ever_live[i] = 1;
+        al_metrics_peer_up(&a->met, a->name[i], a->live[i]);
+    }
+    double t_comm = a->t_comm_end > a->t_train_end ? a->t_comm_end - a->t_train_end : 0;
+    double sent = count_bytes(a, t_comm);
+    al_metrics_set(&a->met, AL_M_BYTES_RAW, a->bytes_raw);
+    al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
+    al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync_bytes(a, M));
+    al_metrics_add(&a->met, AL_M_SYNCS, 1);
+    al_metrics_add(&a->met, AL_M_SYNCS_DILOCO, (double)a->iv.steps / a->h_base);
+    al_metrics_set(&a->met, AL_M_INNER_STEPS, (double)a->step);
+    al_metrics_add(&a->met, AL_M_TOKENS, (double)a->iv.tokens);
+    al_metrics_set(&a->met, AL_M_INTERVAL, (double)d->h_next);
+    al_metrics_set(&a->met, AL_M_TRAIN_LOSS, a->mine.loss);
+    al_metrics_set(&a->met, AL_M_OUTER_LR_SCALE, a->outer.last.scale);
+    al_metrics_set(&a->met, AL_M_OUTER_MU, a->outer.last.mu);
+    al_metrics_add(&a->met, AL_M_COMM_S, t_comm);
+    al_metrics_set(&a->met, AL_M_MEMBERS, M);
+    al_metrics_round_duration(&a->met, al_now() - a->t_round0);
+    *eval = NAN;
+    long every = a->cfg->inner_eval_every;
+    int last = a->step >= a->cfg->inner_steps;
+    int rc;
+    if (a->val.tok && (last || (every > 0 && a->step / every != (a->step - trained) / every))) {
+        if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
+        if ((rc = al_trainer_eval(&a->tr, (int)a->cfg->inner_eval_batches, eval, err))) return rc;
+        al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
+    }
+    al_round_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.round = a->round;
+    rec.step = a->step;
+    rec.h = h_run;
+    rec.h_next = d->h_next;
+    rec.members = M;
+    rec.t = (double)time(NULL);
+    rec.train_loss = a->mine.loss;
+    rec.eval_loss = *eval;
+    rec.nsites = M;
+    for (int j = 0; j < M; j++) {
+        snprintf(rec.sites[j], sizeof rec.sites[j], "%s", a->name[members[j]]);
+        rec.site_loss[j] = a->cand_st[j].loss;
+    }
+    double *v = a->met.v;
+    pthread_mutex_lock(&a->met.lock);
+    rec.bytes_sent = v[AL_M_BYTES_SENT];
+    rec.bytes_recv = v[AL_M_BYTES_RECV];
+    rec.bytes_raw = v[AL_M_BYTES_RAW];
+    rec.bytes_diloco = v[AL_M_BYTES_DILOCO];
+    rec.bytes_ddp = v[AL_M_BYTES_DDP];
+    rec.syncs_diloco = v[AL_M_SYNCS_DILOCO];
+    pthread_mutex_unlock(&a->met.lock);
+    rec.compute_s = a->iv.compute_s;
+    rec.comm_s = t_comm;
+    rec.wait_s = 0;
+    rec.policy_comm_s = d->rs.comm_s;
+    rec.policy_compute_s = d->rs.compute_s;
+    rec.comm_floor = d->comm_floor;
+    rec.outer_lr_scale = a->outer.last.scale;
+    rec.outer_mu = a->outer.last.mu;
+    al_outer_hash(&a->outer, rec.theta); /* per round: sites compare their histories */
+    rec.configured = a->nsites;
+    rec.agree = agreeing(a, act);
+    al_metrics_add_round(&a->met, &rec, NULL);
+    char *line = al_round_record_json(a->name[a->self], &rec);
+    ag_event_line(a, line);
+    free(line);
+    al_logf(&a->log, AL_LOG_INFO,
+            "site %s | round %ld | step %ld | H %ld -> %lld | sites %d | loss %.4f%s | sent %.0f B "
+            "| theta %.12s",
+            a->name[a->self], a->round, a->step, h_run, (long long)d->h_next, M, a->mine.loss,
+            isnan(*eval) ? "" : " (eval)", sent, rec.theta);
+    /* the next round */
+    a->h = (long)d->h_next;
+    a->round++;
+    if ((rc = enter_round(a, err))) return rc;
+    check_finished(a);
+    if (!a->finished && a->cfg->checkpoint_every > 0 && a->round % a->cfg->checkpoint_every == 0)
+        return ag_save(a, err);
+    return 0;
+}
+
+static void do_revert(agent *a) {
+    if (!a->have_cand) return;
+    al_policy_load(a->pol, a->pol_before, NULL);
+    a->have_cand = 0;
+}
+
+/* AL_ACT_SYNC: pull the committed state from a peer. A state that does not
+ * fit (malformed, another shape, θ not the hash its metadata names) is
+ * refused and the machine asks another peer. */
+static int do_sync(agent *a, const al_round_action *act) {
+    al_err e = {0};
+    al_round_event ev = {.type = AL_EV_SYNC_FAILED, .peer = act->peer};
+    int rc = ag_pull(a, act->peer, &e);
+    if (rc == 0) {
+        ev.type = AL_EV_SYNCED;
+        ev.round = a->pulled_round;
+        hash_of(&a->pulled, &ev.hash);
+    } else {
+        al_logf(&a->log, AL_LOG_WARN,
+                "joining: the state from %s refused (%s); trying another peer", a->name[act->peer],
+                e.msg);
+    }
+    feed(a, &ev);
+    return 0;
+}
+
+/* AL_ACT_ADOPT: the pulled state becomes this site's: θ_global, the outer
+ * and policy state, round, step and H. What was trained since the last
+ * commit is discarded, and the log says how much. */
+static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
+    if (!a->have_pulled || a->pulled_round != act->round)
+        return al_errf(err, AL_EINVAL, "asked to adopt round %ld's state, which was not pulled",
+                       act->round);
+    long trained = a->step - a->step0;
+    if (trained > 0)
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: discarding %ld inner steps trained in round %ld: the peers' committed "
+                "state replaces them",
+                a->name[a->self], trained, a->round);
+    int rc = al_policy_load(a->pol, a->pulled_policy, err);
+    if (rc) return al_err_prefix(err, "the state from %s", a->name[a->pulled_from]);
+    outer_swap(&a->outer, &a->pulled);
+    a->have_pulled = 0;
+    long before = a->round;
+    a->round = a->pulled_round;
+    a->step = a->pulled_step;
+    a->h = a->pulled_h;
+    if (a->round != before) a->have_cand = 0;
+    local_from_global(a);
+    al_logf(&a->log, AL_LOG_INFO, "site %s: joined at round %ld, step %ld (state from %s)",
+            a->name[a->self], a->round, a->step, a->name[a->pulled_from]);
+    ag_event(a, "join", a->name[a->self]);
+    if ((rc = enter_round(a, err))) return rc;
+    if (a->step >= a->cfg->inner_steps) check_finished(a);
+    return 0;
+}
+
+/* AL_ACT_RELOAD: θ_global again from the copy this site published at its
+ * last commit (what peers pull). A copy that is damaged too reports no hash:
+ * the machine then pulls from a peer. */
+static void do_reload(agent *a) {
+    al_round_event ev = {.type = AL_EV_RELOADED, .peer = -1};
+    al_err e = {0};
+    uint8_t *copy = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&a->mu);
+    if (a->snap && (copy = malloc(a->snap->outer_len))) {
+        n = a->snap->outer_len;
+        memcpy(copy, a->snap->outer, n);
+    }
+    pthread_mutex_unlock(&a->mu);
+    int rc = copy ? al_outer_deserialize(&a->pulled, copy, n, &a->outer.cfg, &e)
+                  : al_errf(&e, AL_ENOMEM, "no published copy");
+    free(copy);
+    if (rc == 0) {
+        outer_swap(&a->outer, &a->pulled);
+        hash_of(&a->outer, &ev.hash);
+        local_from_global(a);
+    } else {
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: the published copy of theta_global is damaged too: "
+                "%s",
+                a->name[a->self], e.msg);
+    }
+    feed(a, &ev);
+}
+
+static void do_send_stats(agent *a, const al_round_action *act) {
+    if (act->round != a->mine_round || a->finished) return;
+    pthread_mutex_lock(&a->mu);
+    if (a->out_round != act->round || a->out_epoch != act->epoch) a->stats_to = a->stats_took = 0;
+    a->out_stats = a->mine;
+    a->out_round = act->round;
+    a->out_epoch = act->epoch;
+    if (!(a->stats_took >> act->peer & 1)) a->stats_to |= 1u << act->peer; /* once taken, done */
+    a->hb_kick = 1;
+    pthread_cond_broadcast(&a->hb_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void do_send_status(agent *a, const al_round_action *act) {
+    pthread_mutex_lock(&a->mu);
+    status_out(&act->st, &a->my_status);
+    a->hb_kick = 1;
+    pthread_cond_broadcast(&a->hb_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static int execute(agent *a, const al_round_action *act, double *eval, al_err *err) {
+    switch (act->type) {
+    case AL_ACT_SEND_STATUS:
+        do_send_status(a, act);
+        return 0;
+    case AL_ACT_SEND_STATS:
+        do_send_stats(a, act);
+        return 0;
+    case AL_ACT_TRAIN:
+        return do_train(a, err);
+    case AL_ACT_EXCHANGE:
+        return do_exchange(a, act);
+    case AL_ACT_ABORT: /* the exchange runs to its end in this thread: nothing in flight */
+        return 0;
+    case AL_ACT_PROPOSE:
+        return do_propose(a, act, err);
+    case AL_ACT_PERSIST_VOTE:
+        return vote_save(a, &act->rec, err);
+    case AL_ACT_APPLY:
+        return do_apply(a, act, eval, err);
+    case AL_ACT_REVERT:
+        do_revert(a);
+        return 0;
+    case AL_ACT_SYNC:
+        return do_sync(a, act);
+    case AL_ACT_ADOPT:
+        return do_adopt(a, act, err);
+    case AL_ACT_RELOAD:
+        do_reload(a);
+        return 0;
+    case AL_ACT_DROP: /* agent_hb.c logs it and emits the "down" event */
+        return 0;
+    case AL_ACT_LOG:
+        al_logf(&a->log, (al_log_level)act->level, "site %s: %s", a->name[a->self], act->text);
+        return 0;
+    }
+    return 0;
+}
+
+/* ---- the inbox ------------------------------------------------------------------------ */
+
+/* Statuses and statistics that arrived since the last look become events.
+ * A peer's first status waits for the configuration handshake (a peer of
+ * another run configuration ends this agent with an error); statistics wait
+ * for this site's own (they must fit them). */
+static int feed_inbox(agent *a, al_err *err) {
+    al_peer_status ps[AG_MAX_SITES];
+    int fresh[AG_MAX_SITES], p = (int)(a->round & 1), have[AG_MAX_SITES];
+    uint64_t ep[AG_MAX_SITES];
+    al_site_stats st[AG_MAX_SITES];
+    double seen[AG_MAX_SITES];
+    pthread_mutex_lock(&a->mu);
+    if (a->refused[0]) {
+        int rc = al_errf(err, AL_EPERM, "%s", a->refused);
+        pthread_mutex_unlock(&a->mu);
+        return rc;
+    }
+    for (int i = 0; i < a->nsites; i++) {
+        ps[i] = a->pst[i];
+        fresh[i] = a->pst_new[i];
+        a->pst_new[i] = 0;
+        seen[i] = a->hb_seen[i];
+        have[i] = a->have_stats[p][i] == a->round + 1;
+        ep[i] = a->stats_epoch[p][i];
+        st[i] = a->stats[p][i];
+    }
+    pthread_mutex_unlock(&a->mu);
+    double now = al_now();
+    for (int i = 0; i < a->nsites; i++) {
+        if (i == a->self || !ps[i].have_base) continue;
+        if (!a->shook[i]) {
+            if (!fresh[i]) continue;
+            al_err e = {0};
+            int rc = ag_handshake(a, i, &e);
+            if (rc == AL_EMISMATCH) {
+                *err = e;
+                return rc;
+            }
+            if (rc) continue;
+            a->shook[i] = 1;
+        }
+        /* a status, or a sign of life since the last one (any call of the peer) */
+        if (fresh[i] || seen[i] > a->fed_heard[i] + 0.5 * a->cfg->round_heartbeat_s) {
+            al_round_event ev = {.type = AL_EV_STATUS, .peer = i};
+            status_in(&ps[i], &ev.st);
+            a->fed_heard[i] = seen[i] > 0 ? seen[i] : now;
+            feed(a, &ev);
+        }
+        if (a->mine_round != a->round || !have[i] ||
+            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]))
+            continue;
+        al_site_stats theirs = st[i];
+        theirs.lr_sq_sum = a->mine.lr_sq_sum;
+        theirs.lr_last = a->mine.lr_last;
+        char why[300];
+        if (!ag_stats_fit(&a->mine, &theirs, why, sizeof why)) {
+            if (a->misfit_round[i] != a->round)
+                al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out: %s", a->round, a->name[i],
+                        why);
+            a->misfit_round[i] = a->round;
+            continue;
+        }
+        a->fed_round[i] = a->round;
+        a->fed_epoch[i] = ep[i];
+        al_round_event ev = {.type = AL_EV_STATS, .peer = i, .round = a->round, .epoch = ep[i]};
+        feed(a, &ev);
+    }
+    return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------------- */
+
+/* The machine's health line ("no quorum: 1 of 3 sites reachable") into the
+ * dashboard and the event log when it changes. */
+static void report_health(agent *a) {
+    if (!strcmp(a->health, a->rm.health)) return;
+    snprintf(a->health, sizeof a->health, "%s", a->rm.health);
+    al_metrics_set_health(&a->met, a->health);
+    ag_event(a, a->health[0] ? "no-quorum" : "quorum", a->name[a->self]);
+}
+
+/* Done lingering: every peer has seen our last commit (its status is at our
+ * round or later) or is not alive. */
+static int peers_caught_up(agent *a) {
+    int ok = 1;
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nsites && ok; i++)
+        if (i != a->self && a->rm.peer[i].alive && !a->down[i] &&
+            (!a->pst[i].have_base || (long)a->pst[i].round < a->round))
+            ok = 0;
+    pthread_mutex_unlock(&a->mu);
+    return ok;
+}
+
+int ag_drive(agent *a, double *eval, al_err *err) {
+    *eval = NAN;
+    a->step0 = a->step - a->iv.steps;
+    a->mine_round = -1;
+    int rc = machine_init(a, err);
+    if (rc) return rc;
+    if (a->step >= a->cfg->inner_steps) check_finished(a);
+    double stop_by = 0;
+    al_round_action acts[AL_ROUND_MAX_ACTIONS];
+    for (;;) {
+        double now = al_now();
+        if (a->finished && (peers_caught_up(a) || now > a->linger_until)) break;
+        if (*a->stop && !a->finished) {
+            /* a signal: finish the round in progress with the peers, unless
+             * none is (joining, pulling, reloading) or it does not end */
+            if (stop_by == 0)
+                stop_by = now + 2 * a->cfg->round_deadline_s + a->cfg->round_peer_timeout_s;
+            al_round_phase ph = a->rm.phase;
+            if (ph == AL_PH_JOIN || ph == AL_PH_SYNC || ph == AL_PH_RELOAD || now > stop_by ||
+                (ph == AL_PH_TRAIN && a->mine_round != a->round && a->iv.steps == 0))
+                break;
+        }
+        if ((rc = feed_inbox(a, err))) return rc;
+        al_round_event tick = {.type = AL_EV_TICK, .peer = -1};
+        feed(a, &tick);
+        int n, did = 0;
+        while ((n = al_round_ready(&a->rm, acts, AL_ROUND_MAX_ACTIONS)) > 0) {
+            for (int k = 0; k < n; k++) {
+                double ev_last = *eval;
+                if ((rc = execute(a, &acts[k], eval, err))) return rc;
+                if (isnan(*eval)) *eval = ev_last;
+                did += acts[k].type != AL_ACT_SEND_STATUS && acts[k].type != AL_ACT_SEND_STATS &&
+                       acts[k].type != AL_ACT_LOG;
+            }
+        }
+        report_health(a);
+        if (did) continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&a->mu);
+        pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+        pthread_mutex_unlock(&a->mu);
+    }
+    /* the bytes since the last commit (statistics and pulls of the last round,
+     * the linger), so that the senders' totals equal the receivers' */
+    count_bytes(a, 0);
+    /* the final state came by a pull: evaluate it as a commit would have */
+    if (a->step >= a->cfg->inner_steps && isnan(*eval) && a->val.tok) {
+        if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
+        if ((rc = al_trainer_eval(&a->tr, (int)a->cfg->inner_eval_batches, eval, err))) return rc;
+        al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
+    }
+    return 0;
+}
