@@ -99,7 +99,6 @@ typedef struct agent {
     int live[AG_MAX_SITES]; /* members of the last committed round */
     /* the round protocol (al_round.h), driven by agent_round.c */
     al_round rm;
-    int rm_on;                        /* rm is initialised */
     al_quorum quorum;                 /* [round] quorum */
     const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
     int resumed;                      /* started with --resume: the persisted vote counts */
@@ -193,6 +192,17 @@ typedef struct agent {
     double hb_seen[AG_MAX_SITES]; /* when the peer last answered (al_now) */
     int down[AG_MAX_SITES];       /* silent for peer_timeout_s: rounds stop waiting for it */
 } agent;
+
+/* 64 hex digits (al_outer_hash, the run hash) into 32 bytes; -1 if malformed. */
+static inline int ag_hex32(const char *hx, uint8_t out[32]) {
+    if (!hx || strlen(hx) != 64) return -1;
+    for (int k = 0; k < 32; k++) {
+        unsigned v = 0;
+        if (sscanf(hx + 2 * k, "%2x", &v) != 1) return -1;
+        out[k] = (uint8_t)v;
+    }
+    return 0;
+}
 
 /* agent_hb.c: heartbeats and failure detection. Start after ag_net_start. */
 int ag_hb_start(agent *a, al_err *err);

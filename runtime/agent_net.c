@@ -377,23 +377,15 @@ int ag_publish_state(agent *a, al_err *err) {
     return 0;
 }
 
-static void hex_bytes(const char *hex, uint8_t out[32]) {
-    for (int k = 0; k < 32; k++) {
-        unsigned v = 0;
-        sscanf(hex + 2 * k, "%2x", &v);
-        out[k] = (uint8_t)v;
-    }
-}
-
 void ag_hello(agent *a, al_hello *h) {
     memset(h, 0, sizeof *h);
     snprintf(h->site, sizeof h->site, "%s", a->name[a->self]);
     snprintf(h->run_id, sizeof h->run_id, "%s", a->cfg->site_run_id);
     h->round = (uint64_t)a->round;
-    hex_bytes(a->run_hash, h->config_hash);
+    ag_hex32(a->run_hash, h->config_hash);
     char th[65];
     al_outer_hash(&a->outer, th);
-    hex_bytes(th, h->theta_hash);
+    ag_hex32(th, h->theta_hash);
     h->next_interval = (uint32_t)a->h;
     for (int i = 0; i < a->nsites && h->n_members < 16; i++)
         if (a->live[i])
@@ -410,7 +402,10 @@ int ag_handshake(agent *a, int i, al_err *err) {
         int st = al_client_last_status(a->cli[i]);
         if (st == AL_ST_PERMISSION_DENIED || st == AL_ST_UNAUTHENTICATED ||
             st == AL_ST_FAILED_PRECONDITION) /* no retry fixes these */
-            return al_err_prefix(err, "site %s refused us", a->name[i]), AL_EMISMATCH;
+        {
+            al_err_prefix(err, "site %s refused us", a->name[i]);
+            return AL_EMISMATCH;
+        }
         return rc;
     }
     if (memcmp(theirs.config_hash, mine.config_hash, 32) != 0) {

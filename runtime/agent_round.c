@@ -120,25 +120,11 @@ float *ag_theta_local(agent *a) {
 static void hash_of(const al_outer *o, al_round_hash *h) {
     char hx[65];
     al_outer_hash(o, hx);
-    for (int k = 0; k < 32; k++) {
-        unsigned v = 0;
-        sscanf(hx + 2 * k, "%2x", &v);
-        h->b[k] = (uint8_t)v;
-    }
+    ag_hex32(hx, h->b);
 }
 
 static void hash_hex(const al_round_hash *h, char hx[65]) {
     for (int k = 0; k < 32; k++) snprintf(hx + 2 * k, 3, "%02x", h->b[k]);
-}
-
-static int hex_hash(const char *hx, al_round_hash *h) {
-    if (!hx || strlen(hx) != 64) return -1;
-    for (int k = 0; k < 32; k++) {
-        unsigned v = 0;
-        if (sscanf(hx + 2 * k, "%2x", &v) != 1) return -1;
-        h->b[k] = (uint8_t)v;
-    }
-    return 0;
 }
 
 static void status_in(const al_peer_status *p, al_round_status *st) {
@@ -208,7 +194,7 @@ static void vote_load(agent *a, al_round_vote *v) {
         json_unpack(j, "{s:s, s:I, s:I, s:i, s:s, s:I}", "run", &run, "round", &r, "epoch", &e,
                     "vote", &vote, "hash", &hx, "members", &mem) == 0 &&
         !strcmp(run, a->run_hash) && r >= 0 && e >= 0 && vote >= AL_VOTE_NULL &&
-        vote <= AL_VOTE_HASH && hex_hash(hx, &v->value.hash) == 0) {
+        vote <= AL_VOTE_HASH && ag_hex32(hx, v->value.hash.b) == 0) {
         v->round = (long)r;
         v->epoch = (uint64_t)e;
         v->vote = vote;
@@ -242,7 +228,6 @@ static int machine_init(agent *a, al_err *err) {
     if (a->resumed) vote_load(a, &st.last);
     int r = al_round_init(&a->rm, &rc, &st, al_now(), err);
     if (r) return r;
-    a->rm_on = 1;
     al_round_status s;
     al_round_status_get(&a->rm, &s);
     pthread_mutex_lock(&a->mu);
@@ -474,6 +459,14 @@ static int agreeing(const agent *a, const al_round_action *act) {
     return n;
 }
 
+/* The eval loss of θ_global (with W > 1 the trainer only carries it), into the metrics. */
+static int eval_global(agent *a, double *eval, al_err *err) {
+    if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
+    int rc = al_trainer_eval(&a->tr, (int)a->cfg->inner_eval_batches, eval, err);
+    if (rc == 0) al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
+    return rc;
+}
+
 /* AL_ACT_APPLY: the candidate is committed: it becomes θ_global, and the
  * round's bookkeeping follows (membership events, counters, the round
  * record in the event log, evaluation, the log line), then the next round. */
@@ -523,14 +516,13 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     al_metrics_add(&a->met, AL_M_COMM_S, t_comm);
     al_metrics_set(&a->met, AL_M_MEMBERS, M);
     al_metrics_round_duration(&a->met, al_now() - a->t_round0);
-    *eval = NAN;
+    double ev = NAN; /* this round's evaluation, if it has one */
     long every = a->cfg->inner_eval_every;
     int last = a->step >= a->cfg->inner_steps;
     int rc;
     if (a->val.tok && (last || (every > 0 && a->step / every != (a->step - trained) / every))) {
-        if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
-        if ((rc = al_trainer_eval(&a->tr, (int)a->cfg->inner_eval_batches, eval, err))) return rc;
-        al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
+        if ((rc = eval_global(a, &ev, err))) return rc;
+        *eval = ev;
     }
     al_round_record rec;
     memset(&rec, 0, sizeof rec);
@@ -541,7 +533,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     rec.members = M;
     rec.t = (double)time(NULL);
     rec.train_loss = a->mine.loss;
-    rec.eval_loss = *eval;
+    rec.eval_loss = ev;
     rec.nsites = M;
     for (int j = 0; j < M; j++) {
         snprintf(rec.sites[j], sizeof rec.sites[j], "%s", a->name[members[j]]);
@@ -575,7 +567,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
             "site %s | round %ld | step %ld | H %ld -> %lld | sites %d | loss %.4f%s | sent %.0f B "
             "| theta %.12s",
             a->name[a->self], a->round, a->step, h_run, (long long)d->h_next, M, a->mine.loss,
-            isnan(*eval) ? "" : " (eval)", sent, rec.theta);
+            isnan(ev) ? "" : " (eval)", sent, rec.theta);
     /* the next round */
     a->h = (long)d->h_next;
     a->round++;
@@ -856,9 +848,7 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         int n, did = 0;
         while ((n = al_round_ready(&a->rm, acts, AL_ROUND_MAX_ACTIONS)) > 0) {
             for (int k = 0; k < n; k++) {
-                double ev_last = *eval;
                 if ((rc = execute(a, &acts[k], eval, err))) return rc;
-                if (isnan(*eval)) *eval = ev_last;
                 did += acts[k].type != AL_ACT_SEND_STATUS && acts[k].type != AL_ACT_SEND_STATS &&
                        acts[k].type != AL_ACT_LOG;
             }
@@ -880,10 +870,7 @@ int ag_drive(agent *a, double *eval, al_err *err) {
      * the linger), so that the senders' totals equal the receivers' */
     count_bytes(a, 0);
     /* the final state came by a pull: evaluate it as a commit would have */
-    if (a->step >= a->cfg->inner_steps && isnan(*eval) && a->val.tok) {
-        if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
-        if ((rc = al_trainer_eval(&a->tr, (int)a->cfg->inner_eval_batches, eval, err))) return rc;
-        al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
-    }
+    if (a->step >= a->cfg->inner_steps && isnan(*eval) && a->val.tok)
+        return eval_global(a, eval, err);
     return 0;
 }
