@@ -121,7 +121,10 @@ int al_agent_check_config(const al_config *c, al_err *err) {
 /* ---- set-up and the loop ------------------------------------------------------------- */
 
 static int setup(agent *a, const al_config *c, al_err *err) {
-    al_log_init(&a->log, AL_LOG_INFO, stderr);
+    /* AL_LOG=debug: the round machine's trace too (agent_round.c feed()) */
+    const char *lv = getenv("AL_LOG");
+    al_log_init(&a->log, lv && !strcmp(lv, "debug") ? AL_LOG_DEBUG : AL_LOG_INFO, stderr);
+    a->t0 = al_now();
     a->cfg = c;
     a->fault_interval = a->fault_stats = a->fault_badstats = a->fault_badtokens = -1;
     a->stop = &g_agent_stop;

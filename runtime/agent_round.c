@@ -152,10 +152,36 @@ static void status_out(const al_round_status *st, al_peer_status *p) {
     }
 }
 
-/* Feed one event, stamped now. */
+/* Feed one event, stamped now. With AL_LOG=debug, every event that changes
+ * the machine's (round, epoch, phase, vote, members), and every peer status
+ * that is news, is logged with the time since the start: the trace to read
+ * when a round stalls. */
 static void feed(agent *a, al_round_event *ev) {
     ev->now = al_now();
+    al_round_status b, s;
+    al_round_status_get(&a->rm, &b);
+    al_round_phase ph = a->rm.phase;
     al_round_step(&a->rm, ev);
+    if (a->log.min > AL_LOG_DEBUG) return;
+    al_round_status_get(&a->rm, &s);
+    int peer_news = ev->type == AL_EV_STATUS && ev->peer >= 0;
+    if (!peer_news && s.round == b.round && s.epoch == b.epoch && ph == a->rm.phase &&
+        s.vote == b.vote)
+        return;
+    char who[32] = "";
+    if (ev->peer >= 0 && ev->peer < a->nsites) snprintf(who, sizeof who, " %s", a->name[ev->peer]);
+    char what[96] = "";
+    if (peer_news)
+        snprintf(what, sizeof what, " (r%ld e%llu vote %d%s)", ev->st.round,
+                 (unsigned long long)ev->st.epoch, ev->st.vote,
+                 a->rm.peer[ev->peer].alive ? "" : ", not alive");
+    else if (ev->type != AL_EV_TICK)
+        snprintf(what, sizeof what, " (r%ld e%llu)", ev->round, (unsigned long long)ev->epoch);
+    al_logf(&a->log, AL_LOG_DEBUG,
+            "site %s: t=%.3f %s%s%s: r%ld e%llu %s vote %d -> r%ld e%llu %s vote %d members %#x",
+            a->name[a->self], ev->now - a->t0, al_round_event_name(ev->type), who, what, b.round,
+            (unsigned long long)b.epoch, al_round_phase_name(ph), b.vote, s.round,
+            (unsigned long long)s.epoch, al_round_phase_name(a->rm.phase), s.vote, a->rm.members);
 }
 
 /* ---- the persisted vote ---------------------------------------------------------------- */

@@ -112,18 +112,27 @@ typedef struct al_round_vote {
     al_round_value value;
 } al_round_vote;
 
+/* The events fed to the machine: (name, its text) once, for the enum and
+ * al_round_event_name. */
+#define AL_ROUND_EVENTS(X)                                                                         \
+    X(AL_EV_TICK, "tick")                       /* now */                                          \
+    X(AL_EV_STATUS, "status")                   /* peer, st */                                     \
+    X(AL_EV_STATS, "stats")                     /* peer, round, epoch: its statistics arrived */   \
+    X(AL_EV_INTERVAL_DONE, "interval-done")     /* round, hash: of θ_global as it is now */       \
+    X(AL_EV_EXCHANGE_DONE, "exchange-done")     /* round, epoch */                                 \
+    X(AL_EV_EXCHANGE_FAILED, "exchange-failed") /* round, epoch, peer (-1: unknown) */             \
+    X(AL_EV_CANDIDATE, "candidate")     /* round, epoch, hash; theta: of θ_global it came from */ \
+    X(AL_EV_SYNCED, "synced")           /* peer, round, hash: the state pulled (verified) */       \
+    X(AL_EV_SYNC_FAILED, "sync-failed") /* peer */                                                 \
+    X(AL_EV_RELOADED, "reloaded")       /* hash: of θ_global reloaded from this site's commit */
+
 typedef enum {
-    AL_EV_TICK,            /* now */
-    AL_EV_STATUS,          /* peer, st */
-    AL_EV_STATS,           /* peer, round, epoch: its statistics arrived */
-    AL_EV_INTERVAL_DONE,   /* round, hash: of θ_global as it is now */
-    AL_EV_EXCHANGE_DONE,   /* round, epoch */
-    AL_EV_EXCHANGE_FAILED, /* round, epoch, peer (-1: unknown) */
-    AL_EV_CANDIDATE,       /* round, epoch, hash; theta: of θ_global it was computed from */
-    AL_EV_SYNCED,          /* peer, round, hash: the state pulled (verified against hash) */
-    AL_EV_SYNC_FAILED,     /* peer */
-    AL_EV_RELOADED,        /* hash: of θ_global reloaded from this site's persisted commit */
+#define AL_EV_ENUM(e, s) e,
+    AL_ROUND_EVENTS(AL_EV_ENUM)
+#undef AL_EV_ENUM
 } al_round_event_type;
+
+const char *al_round_event_name(al_round_event_type t);
 
 typedef struct al_round_event {
     al_round_event_type type;

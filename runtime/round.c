@@ -22,6 +22,11 @@ static const char *const ACTION_NAMES[] = {
     AL_ROUND_ACTIONS(AL_ACT_NAME)
 #undef AL_ACT_NAME
 };
+static const char *const EVENT_NAMES[] = {
+#define AL_EV_NAME(e, s) s,
+    AL_ROUND_EVENTS(AL_EV_NAME)
+#undef AL_EV_NAME
+};
 static const char *const PHASE_NAMES[] = {
 #define AL_PH_NAME(e, s) s,
     AL_ROUND_PHASES(AL_PH_NAME)
@@ -48,6 +53,10 @@ int al_quorum_size(al_quorum q, int n) {
 
 const char *al_round_action_name(al_round_action_type t) {
     return (unsigned)t < AL_ARRAY_LEN(ACTION_NAMES) ? ACTION_NAMES[t] : "?";
+}
+
+const char *al_round_event_name(al_round_event_type t) {
+    return (unsigned)t < AL_ARRAY_LEN(EVENT_NAMES) ? EVENT_NAMES[t] : "?";
 }
 
 const char *al_round_phase_name(al_round_phase p) {

@@ -1,7 +1,7 @@
 # shell_lib.sh -- the common start of the shell tests that run agents, sourced:
 #   . "$(dirname "$0")/shell_lib.sh"; al_test_start NAME "$1"
 # sets bin (the autoloco binary, absolute), tmp (a fresh folder under /tmp,
-# removed at exit), pids (processes killed at exit: append yours), and the
+# removed at exit unless AL_TEST_KEEP is set), pids (processes killed at exit: append yours), and the
 # counters behind ok/no; the caller ends with al_test_end.
 al_test_start() {
     set -u
@@ -15,7 +15,7 @@ al_test_start() {
 }
 al_test_cleanup() {
     for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    rm -rf "$tmp"
+    if [[ -n ${AL_TEST_KEEP:-} ]]; then echo "kept: $tmp" >&2; else rm -rf "$tmp"; fi
 }
 ok() { echo "ok: $*"; pass=$((pass + 1)); }
 no() { echo "FAIL: $*"; fail=$((fail + 1)); }

@@ -272,6 +272,11 @@ fi
 # c go on committing, a says "no quorum" and commits nothing; after the heal a
 # pulls the majority's state, says how many steps it discards, and the three
 # finish together: one history (every round's theta equal wherever recorded).
+# The cut falls while all three train (intervals of 100 steps, cut as soon as
+# all three logged the same round), not in the few milliseconds of a vote: a
+# member cut off after its peers split their votes may have voted for the value
+# they saw, and they wait for it until the heal (the known limit in
+# docs/ARCHITECTURE.md, "Known limits"; CI hit it once, b and c stalled 200 s).
 dir=r2g
 PORTS=($(port) $(port) $(port))
 W=($(port) $(port) $(port) $(port)) # a->b, a->c, b->a, c->a
@@ -282,19 +287,28 @@ wan ${W[1]} ${PORTS[2]}
 wan ${W[2]} ${PORTS[0]}
 wan ${W[3]} ${PORTS[0]}
 PEER_PORTS=("" ${W[0]} ${W[1]}) # (an array cannot be a command's prefix assignment)
-STEPS=400 HB=0.5 PT=2 conf $dir a "a b c"
+STEPS=4000 H=100 HB=0.5 PT=2 conf $dir a "a b c"
 PEER_PORTS=(${W[2]} "" "")
-STEPS=400 HB=0.5 PT=2 conf $dir b "a b c"
+STEPS=4000 H=100 HB=0.5 PT=2 conf $dir b "a b c"
 PEER_PORTS=(${W[3]} "" "")
-STEPS=400 HB=0.5 PT=2 conf $dir c "a b c"
+STEPS=4000 H=100 HB=0.5 PT=2 conf $dir c "a b c"
 unset PEER_PORTS
 sleep 0.3
 for s in a b c; do start $dir $s; done
 lastround() { grep -o "round [0-9]* |" $dir/$1.log 2>/dev/null | tail -1 | grep -o "[0-9]*"; }
-for _ in $(seq 1 600); do [[ $(lastround b) -ge 3 ]] 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 1 1200); do
+    r=$(lastround a)
+    [[ $r -ge 3 && $(lastround b) == "$r" && $(lastround c) == "$r" ]] 2>/dev/null && break
+    sleep 0.02
+done
 kill -USR1 "${wans[@]}"
 ra0=$(lastround a) rb0=$(lastround b)
-for _ in $(seq 1 1200); do [[ $(lastround b) -ge $((rb0 + 4)) ]] 2>/dev/null && break; sleep 0.1; done
+# heal once b, c went 4 rounds on and a has seen that it has no quorum (a needs
+# peer_timeout_s to know)
+for _ in $(seq 1 1200); do
+    [[ $(lastround b) -ge $((rb0 + 4)) ]] 2>/dev/null && grep -q "no quorum" $dir/a.log && break
+    sleep 0.1
+done
 ra1=$(lastround a) rb1=$(lastround b)
 kill -USR2 "${wans[@]}"
 rc=0

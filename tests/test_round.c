@@ -671,6 +671,15 @@ static void test_quorum_names(void **st) {
     assert_int_equal(q, AL_QUORUM_ALL); /* untouched */
     assert_int_equal(al_quorum_parse(NULL, &q, &err), AL_ECONFIG);
     assert_string_equal(al_quorum_name((al_quorum)7), "?");
+    /* the events' names (the debug trace): one each, distinct, "?" past the end */
+    assert_string_equal(al_round_event_name(AL_EV_TICK), "tick");
+    assert_string_equal(al_round_event_name(AL_EV_EXCHANGE_FAILED), "exchange-failed");
+    assert_string_equal(al_round_event_name(AL_EV_RELOADED), "reloaded");
+    for (int i = 0; i <= AL_EV_RELOADED; i++)
+        for (int j = 0; j < i; j++)
+            assert_string_not_equal(al_round_event_name((al_round_event_type)i),
+                                    al_round_event_name((al_round_event_type)j));
+    assert_string_equal(al_round_event_name((al_round_event_type)(AL_EV_RELOADED + 1)), "?");
 }
 
 static const al_round_cfg GOOD = {.nsites = 3,
