@@ -60,7 +60,8 @@ typedef struct site {
     al_round m;
     int up, inc, crash_mid; /* crash_mid >= 0: crash before that many more actions */
     al_round_start disk;    /* what survives a crash */
-    al_round_hash theta, pulled;
+    al_round_hash theta, pulled, fetched;
+    long fetched_round;
     int cand_ok;
     long cand_round;
     al_round_hash cand;
@@ -82,7 +83,7 @@ typedef struct vote_rec {
 
 typedef struct counts {
     long schedules, events, commits, adopts, repairs, crashes, partitions, corrupts, drops;
-    long reloads;
+    long reloads, fetches, carried;
     long sent, lost, dups;
     uint64_t max_epoch;
 } counts;
@@ -92,6 +93,7 @@ typedef struct world {
     int n, q, verbose, failed, quiesced, partitioned;
     int dead;                  /* a site down for good from the heal on (majority only), -1: none */
     int dead_mode, keep_going; /* AL_ROUND_DEAD, AL_ROUND_KEEP_GOING */
+    int carry;                 /* al_round_cfg.carry: AL_ROUND_CARRY (default 1) */
     al_round_cfg cfg;
     al_rng rng;
     sn_net net;
@@ -140,6 +142,7 @@ static void record_vote(world *w, int i, const al_round_action *a) {
         assert_non_null(w->votes);
     }
     w->votes[w->nvotes++] = (vote_rec){i, a->vote, a->round, a->epoch, a->hash};
+    w->c.carried += a->vote == AL_VOTE_HASH && a->rec.value.origin < a->epoch;
     if (a->epoch > w->c.max_epoch) w->c.max_epoch = a->epoch;
 }
 
@@ -246,9 +249,12 @@ static void act(world *w, int i, const al_round_action *a) {
         push(w, SN_CAND, i, sn_uniform(&w->rng, 0.05, 0.3), e);
         break;
     case AL_ACT_PERSIST_VOTE:
-        record_vote(w, i, a);
+        if (a->vote != AL_VOTE_NONE) record_vote(w, i, a); /* NONE: a promise only */
         s->disk.last = a->rec;
-        if (a->vote == AL_VOTE_HASH) { /* its candidate is persisted with it */
+        /* its candidate is persisted with a vote for it (a carried vote is for a
+         * value this site may not hold) */
+        if (a->vote == AL_VOTE_HASH && s->cand_ok && s->cand_round == a->round &&
+            heq(&s->cand, &a->hash)) {
             s->disk.held_round = a->round;
             s->disk.held = a->rec.value;
         }
@@ -270,6 +276,20 @@ static void act(world *w, int i, const al_round_action *a) {
     case AL_ACT_SYNC:
         e.from = a->peer;
         push(w, SN_SYNCED, i, sn_uniform(&w->rng, 0.1, 0.8), e);
+        break;
+    case AL_ACT_HOLD:
+        if (s->fetched_round != a->round || !heq(&s->fetched, &a->hash))
+            return fail_inv(w, "(d) site %d holds %016llx in round %ld, which it did not fetch", i,
+                            (unsigned long long)hval(&a->hash), a->round);
+        s->cand_ok = 1;
+        s->cand_round = a->round;
+        s->cand = a->hash;
+        break;
+    case AL_ACT_FETCH:
+        e.from = a->peer;
+        e.round = a->round;
+        e.hash = a->hash;
+        push(w, SN_FETCHED, i, sn_uniform(&w->rng, 0.1, 0.8), e);
         break;
     case AL_ACT_ADOPT:
         if (!heq(&a->hash, &s->pulled))
@@ -366,6 +386,24 @@ static void sync_answer(world *w, const sn_event *e) {
         ev.round = src->m.round;
         ev.hash = src->m.base;
         w->s[i].pulled = ev.hash;
+    }
+    feed(w, i, ev);
+}
+
+/* A fetch of a candidate to carry: the source serves the candidate it holds if
+ * it is the one asked for. */
+static void fetch_answer(world *w, const sn_event *e) {
+    int i = e->site, p = e->from;
+    const site *src = &w->s[p];
+    al_round_event ev = {.type = AL_EV_FETCH_FAILED, .peer = p};
+    if (src->up && sn_link_up(&w->net, i, p) && src->cand_ok && src->cand_round == e->round &&
+        heq(&src->cand, &e->hash)) {
+        ev.type = AL_EV_FETCHED;
+        ev.round = e->round;
+        ev.hash = e->hash;
+        w->s[i].fetched = e->hash; /* held once the machine says AL_ACT_HOLD */
+        w->s[i].fetched_round = e->round;
+        w->c.fetches++;
     }
     feed(w, i, ev);
 }
@@ -477,6 +515,9 @@ static void dispatch(world *w, const sn_event *e) {
     case SN_SYNCED:
         if (mine) sync_answer(w, e);
         break;
+    case SN_FETCHED:
+        if (mine) fetch_answer(w, e);
+        break;
     case SN_RELOADED:
         if (!mine) break;
         s->theta = e->hash;
@@ -535,7 +576,8 @@ static void setup(world *w, uint64_t seed) {
                             .min_sites = 1,
                             .heartbeat_s = 1,
                             .peer_timeout_s = 5,
-                            .deadline_s = 4};
+                            .deadline_s = 4,
+                            .carry = w->carry};
     w->q = al_quorum_size(w->cfg.quorum, w->n);
     memset(&w->net, 0, sizeof w->net);
     w->net = (sn_net){.n = w->n,
@@ -615,6 +657,7 @@ static void simulate(int kind) {
     uint64_t first = env_u64("AL_ROUND_FIRST_SEED", 0);
     uint64_t end = first + env_u64("AL_ROUND_SCHEDULES", 10000);
     w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
+    w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
     w->keep_going = (int)env_u64("AL_ROUND_KEEP_GOING", 0);
     long failed = 0;
     double t0 = al_now();
@@ -626,10 +669,11 @@ static void simulate(int kind) {
     print_message(
         "  %s: %ld schedules in %.1f s wall, %ld events; %ld commits, %ld pulls (%ld "
         "repairs), %ld reloads, %ld crashes, %ld partitions, %ld corruptions, %ld peer drops, "
-        "epoch max %llu; %ld messages, %ld lost, %ld duplicated\n",
+        "epoch max %llu, %ld values carried (%ld fetched); %ld messages, %ld lost, %ld "
+        "duplicated\n",
         CONFIG_NAMES[kind], c.schedules, al_now() - t0, c.events, c.commits, c.adopts, c.repairs,
         c.reloads, c.crashes, c.partitions, c.corrupts, c.drops, (unsigned long long)c.max_epoch,
-        c.sent, c.lost, c.dups);
+        c.carried, c.fetches, c.sent, c.lost, c.dups);
     world_free(w);
     free(w);
     if (failed) fail_msg("an invariant failed (seed above)");
@@ -675,11 +719,14 @@ static void test_quorum_names(void **st) {
     assert_string_equal(al_round_event_name(AL_EV_TICK), "tick");
     assert_string_equal(al_round_event_name(AL_EV_EXCHANGE_FAILED), "exchange-failed");
     assert_string_equal(al_round_event_name(AL_EV_RELOADED), "reloaded");
-    for (int i = 0; i <= AL_EV_RELOADED; i++)
+#define ONE(e, s) +1
+    const int nev = 0 AL_ROUND_EVENTS(ONE);
+#undef ONE
+    for (int i = 0; i < nev; i++)
         for (int j = 0; j < i; j++)
             assert_string_not_equal(al_round_event_name((al_round_event_type)i),
                                     al_round_event_name((al_round_event_type)j));
-    assert_string_equal(al_round_event_name((al_round_event_type)(AL_EV_RELOADED + 1)), "?");
+    assert_string_equal(al_round_event_name((al_round_event_type)nev), "?");
 }
 
 static const al_round_cfg GOOD = {.nsites = 3,
@@ -862,6 +909,7 @@ int main(int argc, char **argv) {
         if (!w) return 1;
         w->verbose = 1;
         w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
+        w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
         uint64_t seed = strtoull(argv[2], NULL, 10);
         int rc = run_schedule(w, seed);
         printf("seed %llu: %s\n", (unsigned long long)seed, rc ? "FAILED" : "every invariant held");
