@@ -362,7 +362,7 @@ static void count_votes(const al_round *m, tally *t) {
             nv++;
         }
         cnt[k]++;
-        carried[k] |= v->origin < m->epoch;
+        carried[k] |= m->cfg.carry && v->origin < m->epoch;
     }
     uint32_t unseen = ~seen & (uint32_t)((1ull << m->cfg.nsites) - 1);
     t->seen = popcount(seen);
