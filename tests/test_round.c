@@ -852,6 +852,140 @@ static void test_restart_holds_vote(void **st) {
     free(m);
 }
 
+/* Feed ev; the actions it produced, into got (at most AL_ROUND_MAX_ACTIONS). */
+static int feed_all(al_round *m, al_round_event ev, al_round_action *got) {
+    al_round_step(m, &ev);
+    return al_round_ready(m, got, AL_ROUND_MAX_ACTIONS);
+}
+/* The first action of type t among got[0..n), or NULL. */
+static const al_round_action *find_act(const al_round_action *got, int n, al_round_action_type t) {
+    for (int i = 0; i < n; i++)
+        if (got[i].type == t) return &got[i];
+    return NULL;
+}
+
+/* Paxos' carry (al_round_cfg.carry), site 0 of three: it voted for its
+ * candidate V in attempt 0, 1 voted null, 2 died before its vote was seen. V
+ * may have been committed (2 may have voted for it), so no other value may be:
+ * site 0 leaves attempt 0 (the vote it waits for is a dead site's), persists
+ * its promise for attempt 1 and, with a quorum of reports (its own and 1's),
+ * votes for V again, which commits with 1's vote. */
+static void test_carry_holder(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    al_err err;
+    assert_int_equal(al_round_init(m, &cfg, &s, 0, &err), 0);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    al_round_status open0 = {.round = 0, .base = hmk(1)};
+    feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = open0}, a);
+    int n =
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 2, .st = open0}, a);
+    assert_non_null(find_act(a, n, AL_ACT_TRAIN));
+    feed_all(m, (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = 0.2, .hash = hmk(1)}, a);
+    feed_all(m, (al_round_event){.type = AL_EV_STATS, .now = 0.3, .peer = 1}, a);
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATS, .now = 0.3, .peer = 2}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_EXCHANGE));
+    assert_int_equal(x->members, 7);
+    n = feed_all(m, (al_round_event){.type = AL_EV_EXCHANGE_DONE, .now = 0.4}, a);
+    assert_non_null(find_act(a, n, AL_ACT_PROPOSE));
+    al_round_hash v = hmk(50);
+    n = feed_all(
+        m, (al_round_event){.type = AL_EV_CANDIDATE, .now = 0.5, .hash = v, .theta = hmk(1)}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_HASH);
+    al_round_status null1 = {.round = 0, .base = hmk(1), .vote = AL_VOTE_NULL};
+    for (double t = 1; t < 5.6; t += 1) /* 1 is heard, 2 is not */
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = t, .peer = 1, .st = null1}, a);
+    assert_int_equal(m->epoch, 0); /* 2 is alive: its vote may come */
+    n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = 5.6}, a);
+    assert_non_null(find_act(a, n, AL_ACT_DROP));
+    assert_int_equal(m->epoch, 1);
+    assert_null(find_act(a, n, AL_ACT_REVERT)); /* V is kept: it may be carried */
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_NONE); /* the promise */
+    assert_int_equal(x->rec.promised, 1);
+    assert_true(x->rec.accepted && x->rec.acc_epoch == 0 && heq(&x->rec.acc_value.hash, &v));
+    al_round_status open1 = {.round = 0, .epoch = 1, .base = hmk(1)};
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 5.7, .peer = 1, .st = open1}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_HASH);
+    assert_true(heq(&x->hash, &v));
+    assert_int_equal(x->rec.epoch, 1);
+    assert_int_equal(x->rec.value.origin, 0); /* carried from attempt 0 */
+    assert_int_equal(x->rec.value.members, 7);
+    al_round_status voted1 = open1;
+    voted1.vote = AL_VOTE_HASH;
+    voted1.value = x->rec.value;
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 5.8, .peer = 1, .st = voted1}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_APPLY));
+    assert_true(heq(&x->hash, &v));
+    assert_int_equal(m->round, 1);
+    free(m);
+}
+
+/* The other side, site 1: it voted null in attempt 0 and does not hold V;
+ * site 0 reports V as its latest hash vote. In attempt 1 site 1 fetches V from
+ * 0 and votes for it once it holds it; a failed fetch with no other voter to
+ * ask is a null vote, never a vote for a value not held. */
+static void test_carry_fetch(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_round_cfg cfg = GOOD;
+    cfg.self = 1;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    s.last = (al_round_vote){.round = 0, .epoch = 0, .vote = AL_VOTE_NULL};
+    al_err err;
+    al_round_value v = {.hash = hmk(50), .members = 7, .origin = 0};
+    al_round_status rep0 = {
+        .round = 0, .epoch = 1, .base = hmk(1), .accepted = 1, .acc_epoch = 0, .acc_value = v};
+    for (int fail = 0; fail < 2; fail++) {
+        assert_int_equal(al_round_init(m, &cfg, &s, 0, &err), 0);
+        al_round_action a[AL_ROUND_MAX_ACTIONS];
+        const al_round_action *x;
+        int n = feed_all(
+            m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 0, .st = rep0}, a);
+        assert_int_equal(m->epoch, 1); /* followed 0 */
+        assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+        assert_int_equal(x->rec.promised, 1);
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 3.9, .peer = 0, .st = rep0}, a);
+        n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = 4.1}, a); /* join deadline */
+        assert_non_null(find_act(a, n, AL_ACT_TRAIN));
+        n = feed_all(m, (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = 4.2, .hash = hmk(1)},
+                     a);
+        assert_non_null(x = find_act(a, n, AL_ACT_FETCH));
+        assert_int_equal(x->peer, 0);
+        assert_true(heq(&x->hash, &v.hash));
+        assert_null(find_act(a, n, AL_ACT_PERSIST_VOTE)); /* no vote before it holds V */
+        al_round_event got = {.type = fail ? AL_EV_FETCH_FAILED : AL_EV_FETCHED,
+                              .now = 4.4,
+                              .peer = 0,
+                              .round = 0,
+                              .hash = v.hash};
+        n = feed_all(m, got, a);
+        assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+        if (fail) {
+            assert_int_equal(x->vote, AL_VOTE_NULL);
+            assert_null(find_act(a, n, AL_ACT_HOLD));
+        } else {
+            assert_int_equal(x->vote, AL_VOTE_HASH);
+            assert_true(heq(&x->hash, &v.hash));
+            assert_non_null(x = find_act(a, n, AL_ACT_HOLD));
+            assert_true(heq(&x->hash, &v.hash));
+            assert_true(m->have_candidate);
+        }
+    }
+    free(m);
+}
+
 /* Two sites, quorum majority (both), the peer never heard: the site trains,
  * says "no quorum", votes null once and waits. It used to void attempt after
  * attempt, one per event (over a million in seconds in the agent, a persisted
@@ -900,7 +1034,8 @@ static void test_alone_no_storm(void **st) {
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
-        cmocka_unit_test(test_alone_no_storm)
+        cmocka_unit_test(test_alone_no_storm), cmocka_unit_test(test_carry_holder),                \
+        cmocka_unit_test(test_carry_fetch)
 
 int main(int argc, char **argv) {
     prog = argv[0];
