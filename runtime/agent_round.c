@@ -136,6 +136,7 @@ static void status_in(const al_peer_status *p, al_round_status *st) {
     if (p->vote == AL_VOTE_HASH) {
         memcpy(st->value.hash.b, p->vote_hash, 32);
         st->value.members = p->members;
+        st->value.origin = p->epoch; /* the agent runs the machine without carry */
     }
 }
 
@@ -744,6 +745,13 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
         return 0;
     case AL_ACT_DROP: /* agent_hb.c logs it and emits the "down" event */
         return 0;
+    case AL_ACT_HOLD: /* only after a fetch (below) */
+        return 0;
+    case AL_ACT_FETCH: { /* only with [round] carry, which the agent does not set yet */
+        al_round_event ev = {.type = AL_EV_FETCH_FAILED, .peer = act->peer};
+        feed(a, &ev);
+        return 0;
+    }
     case AL_ACT_LOG:
         al_logf(&a->log, (al_log_level)act->level, "site %s: %s", a->name[a->self], act->text);
         return 0;

@@ -93,6 +93,8 @@ typedef struct al_round_hash {
 typedef struct al_round_value {
     al_round_hash hash;
     uint32_t members; /* bit i = site i */
+    uint64_t origin;  /* the attempt whose exchange computed it: a vote in a later
+                       * attempt carries it there (Paxos), and any site may cast one */
 } al_round_value;
 
 /* What a site tells its peers: sent every heartbeat and whenever it votes. */
@@ -102,14 +104,26 @@ typedef struct al_round_status {
     al_round_hash base;   /* θ_global the round starts from */
     int vote;             /* AL_VOTE_* for (round, epoch) */
     al_round_value value; /* of a hash vote */
+    /* the latest hash vote this site cast in this round, at acc_epoch <= epoch
+     * (Paxos' "accepted"): a status at (round, epoch) with no vote is a promise
+     * never to vote in an earlier attempt, and this is its report */
+    int accepted;
+    uint64_t acc_epoch;
+    al_round_value acc_value;
 } al_round_status;
 
-/* A vote as persisted: the last one a site cast. */
+/* A vote as persisted: the last one a site cast in `round`, the highest
+ * attempt it entered there (its promise: it never votes below it), and its
+ * latest hash vote there. */
 typedef struct al_round_vote {
     long round; /* -1: none */
     uint64_t epoch;
-    int vote;
+    int vote; /* AL_VOTE_NONE: a promise only */
     al_round_value value;
+    uint64_t promised;
+    int accepted;
+    uint64_t acc_epoch;
+    al_round_value acc_value;
 } al_round_vote;
 
 /* The events fed to the machine: (name, its text) once, for the enum and
@@ -124,7 +138,9 @@ typedef struct al_round_vote {
     X(AL_EV_CANDIDATE, "candidate")     /* round, epoch, hash; theta: of θ_global it came from */ \
     X(AL_EV_SYNCED, "synced")           /* peer, round, hash: the state pulled (verified) */       \
     X(AL_EV_SYNC_FAILED, "sync-failed") /* peer */                                                 \
-    X(AL_EV_RELOADED, "reloaded")       /* hash: of θ_global reloaded from this site's commit */
+    X(AL_EV_RELOADED, "reloaded")       /* hash: of θ_global reloaded from this site's commit */  \
+    X(AL_EV_FETCHED, "fetched")         /* peer, round, hash: its candidate, fetched (not held) */ \
+    X(AL_EV_FETCH_FAILED, "fetch-failed") /* peer */
 
 typedef enum {
 #define AL_EV_ENUM(e, s) e,
@@ -159,6 +175,8 @@ typedef struct al_round_event {
     X(AL_ACT_ADOPT, "adopt")               /* round, hash: the pulled state; persist it */         \
     X(AL_ACT_RELOAD, "reload")             /* round, hash: reload θ_global from the commit */     \
     X(AL_ACT_DROP, "drop")                 /* peer: declared dead */                               \
+    X(AL_ACT_FETCH, "fetch")               /* peer, round, hash, members: pull its candidate */    \
+    X(AL_ACT_HOLD, "hold")                 /* round, hash: the fetched value is the candidate */   \
     X(AL_ACT_LOG, "log")                   /* level, text */
 typedef enum {
 #define AL_ACT_ENUM(e, s) e,
@@ -187,6 +205,11 @@ typedef struct al_round_cfg {
     double peer_timeout_s;    /* a peer not heard this long is dead */
     double deadline_s;        /* longest wait for a live peer's statistics */
     const char *const *names; /* site names, for log lines (may be NULL) */
+    /* 1: a later attempt carries a value an earlier one may have committed
+     * (Paxos; see "Carrying a value" in docs/ARCHITECTURE.md); needs the peers'
+     * statuses to report their accepted values and AL_ACT_FETCH carried out.
+     * 0: the first protocol, which waits for the votes of dead sites. */
+    int carry;
 } al_round_cfg;
 
 /* Where a site (re)starts: its persisted commit and its persisted last vote. */
@@ -247,8 +270,13 @@ typedef struct al_round {
     long sync_round;      /* pull goal: a state at sync_round or later, */
     int sync_check;       /* ... and if at sync_round, with sync_hash */
     al_round_hash sync_hash;
-    char health[96]; /* "" or "no quorum: 1 of 3 sites reachable" */
-    int unreachable; /* health says fewer sites are reachable than the quorum */
+    int fetch_peer;           /* -1: no fetch of a carried value in flight */
+    uint32_t fetch_tried;     /* holders that failed it in this attempt */
+    double t_fetch;           /* the fetch in flight is given up then */
+    al_round_value fetch_val; /* the value fetched */
+    int fetch_commit;         /* ... because it was committed (else to carry it) */
+    char health[96];          /* "" or "no quorum: 1 of 3 sites reachable" */
+    int unreachable;          /* health says fewer sites are reachable than the quorum */
     al_round_peer peer[AL_ROUND_MAX_SITES];
     al_round_action out[AL_ROUND_MAX_ACTIONS];
     int nout, lost; /* actions waiting; actions lost to a full queue (a bug) */

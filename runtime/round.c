@@ -7,7 +7,7 @@
 
 /* Deliberate bugs, for tests/meson.build's round_bug* binaries only: 1: a commit counts
  * one vote fewer than the quorum; 2: a restarted site forgets its persisted vote;
- * 3: an epoch is declared void one vote too early. */
+ * 3: a later attempt skips the carry (Paxos' phase 1) and exchanges afresh. */
 #ifndef AL_ROUND_BUG
 #define AL_ROUND_BUG 0
 #endif
@@ -139,6 +139,7 @@ static int newer(const al_round_status *x, const al_round_status *y) {
 static void enter(al_round *m, long round, uint64_t epoch) {
     if (AL_ROUND_BUG == 2) m->last.round = -1;
     if (m->last.round == round && m->last.epoch > epoch) epoch = m->last.epoch;
+    if (m->last.round == round && m->last.promised > epoch) epoch = m->last.promised;
     if (round != m->round) m->have_candidate = 0; /* within a round only leave() drops it */
     m->round = round;
     m->epoch = epoch;
@@ -149,6 +150,25 @@ static void enter(al_round *m, long round, uint64_t epoch) {
         m->vote = m->last.vote;
         m->value = m->last.value;
     }
+    /* a later attempt of a round: the promise never to vote below it is
+     * persisted before any status shows it (Paxos' phase 1; the first attempt
+     * of a round promises nothing) */
+    m->fetch_peer = -1;
+    m->fetch_tried = 0;
+    if (m->cfg.carry && epoch > 0 && (m->last.round != round || m->last.promised < epoch)) {
+        if (m->last.round != round)
+            m->last = (al_round_vote){.round = round, .epoch = 0, .vote = AL_VOTE_NONE};
+        m->last.promised = epoch;
+        al_round_action *a = emit(m, AL_ACT_PERSIST_VOTE);
+        a->vote = AL_VOTE_NONE;
+        a->rec = m->last;
+    }
+}
+
+/* This site's latest hash vote in the round in progress, or NULL. */
+static const al_round_value *accepted(const al_round *m) {
+    return m->cfg.carry && m->last.round == m->round && m->last.accepted ? &m->last.acc_value
+                                                                         : NULL;
 }
 
 static void cast(al_round *m, int vote, const al_round_value *v) {
@@ -156,7 +176,16 @@ static void cast(al_round *m, int vote, const al_round_value *v) {
         m->vote = vote;
         memset(&m->value, 0, sizeof m->value);
         if (v) m->value = *v;
-        m->last = (al_round_vote){m->round, m->epoch, vote, m->value};
+        if (m->last.round != m->round) m->last = (al_round_vote){.round = m->round};
+        m->last.epoch = m->epoch;
+        m->last.vote = vote;
+        m->last.value = m->value;
+        if (m->last.promised < m->epoch) m->last.promised = m->epoch;
+        if (vote == AL_VOTE_HASH) {
+            m->last.accepted = 1;
+            m->last.acc_epoch = m->epoch;
+            m->last.acc_value = m->value;
+        }
         al_round_action *a = emit(m, AL_ACT_PERSIST_VOTE);
         a->vote = vote;
         a->hash = m->value.hash;
@@ -170,7 +199,8 @@ static void cast(al_round *m, int vote, const al_round_value *v) {
 /* Leave the exchange of the current (round, epoch), and its candidate unless kept. */
 static void leave(al_round *m, const al_round_value *keep) {
     if (m->phase == AL_PH_EXCHANGE) emit(m, AL_ACT_ABORT);
-    if (m->have_candidate && !(keep && veq(&m->cand, keep))) {
+    const al_round_value *acc = accepted(m); /* may be carried into a later attempt */
+    if (m->have_candidate && !(keep && veq(&m->cand, keep)) && !(acc && veq(&m->cand, acc))) {
         emit(m, AL_ACT_REVERT);
         m->have_candidate = 0;
     }
@@ -218,11 +248,47 @@ static int sync_source(al_round *m) {
     return -1;
 }
 
+/* The value hashing to h is committed and not held here: fetch it from a site
+ * still at this round that voted for it (it may not know of the commit yet),
+ * to apply it. 1: a fetch is in flight. */
+static int fetch_holder(al_round *m, const al_round_hash *h, double now) {
+    if (!m->cfg.carry) return 0;
+    if (m->fetch_peer >= 0 && m->fetch_commit && now < m->t_fetch) return 1;
+    if (m->fetch_peer >= 0) m->fetch_tried |= 1u << m->fetch_peer; /* unanswered */
+    m->fetch_peer = -1;
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->have || !p->alive || p->st.round != m->round ||
+            (m->fetch_tried >> i & 1))
+            continue;
+        const al_round_value *v =
+            p->st.vote == AL_VOTE_HASH && heq(&p->st.value.hash, h) ? &p->st.value
+            : p->st.accepted && heq(&p->st.acc_value.hash, h)       ? &p->st.acc_value
+                                                                    : NULL;
+        if (!v) continue;
+        if (m->phase == AL_PH_EXCHANGE) emit(m, AL_ACT_ABORT);
+        m->fetch_peer = i;
+        m->fetch_val = *v;
+        m->fetch_commit = 1;
+        m->t_fetch = now + m->cfg.deadline_s;
+        al_round_action *a = emit(m, AL_ACT_FETCH);
+        a->peer = i;
+        a->hash = v->hash;
+        a->members = v->members;
+        return 1;
+    }
+    return 0;
+}
+
 static void try_sync(al_round *m, double now) {
     if (m->sync_peer >= 0) m->sync_tried |= 1u << m->sync_peer; /* unanswered */
     m->sync_peer = -1;
     int src = sync_source(m);
-    if (src < 0) return;
+    if (src < 0) { /* nobody has applied it yet: a voter still holds it */
+        if (m->sync_round == m->round + 1 && m->sync_check && fetch_holder(m, &m->sync_hash, now))
+            m->t_sync = m->t_fetch;
+        return;
+    }
     char nm[16];
     site_name(m, src, nm);
     m->sync_peer = src;
@@ -262,23 +328,26 @@ static void apply(al_round *m, const al_round_hash *h) {
 
 /* ---- deciding --------------------------------------------------------------------- */
 
-/* The votes known for (round, epoch). Only a member votes for a value (a site
- * votes for its own candidate and is a member of its own exchange), so a value
- * seen can gain votes only from its unseen members. */
+/* The votes known for (round, epoch). Only a member votes for a value computed
+ * in this attempt (a site votes for its own candidate and is a member of its
+ * own exchange), so such a value can gain votes only from its unseen members;
+ * a value carried from an earlier attempt, from any unseen site. */
 typedef struct tally {
     al_round_value best; /* the value with the most votes */
     int nbest, seen;     /* its votes; votes known, null ones included */
     int reach;           /* the most votes any value can still reach */
+    int reach_alive;     /* the same, counting only the unseen sites alive */
 } tally;
 
 static void count_votes(const al_round *m, tally *t) {
     al_round_value vs[AL_ROUND_MAX_SITES];
-    int cnt[AL_ROUND_MAX_SITES], nv = 0;
-    uint32_t seen = 0;
+    int cnt[AL_ROUND_MAX_SITES], carried[AL_ROUND_MAX_SITES], nv = 0;
+    uint32_t seen = 0, alive = 0;
     memset(t, 0, sizeof *t);
     for (int i = 0; i < m->cfg.nsites; i++) {
         const al_round_peer *p = &m->peer[i];
         int me = i == m->cfg.self;
+        if (me || p->alive) alive |= 1u << i;
         int here = me || (p->have && p->st.round == m->round && p->st.epoch == m->epoch);
         int vote = !here ? AL_VOTE_NONE : me ? m->vote : p->st.vote;
         if (vote == AL_VOTE_NONE) continue;
@@ -289,17 +358,22 @@ static void count_votes(const al_round *m, tally *t) {
         while (k < nv && !veq(&vs[k], v)) k++;
         if (k == nv) {
             vs[nv] = *v;
-            cnt[nv++] = 0;
+            cnt[nv] = carried[nv] = 0;
+            nv++;
         }
         cnt[k]++;
+        carried[k] |= m->cfg.carry && v->origin < m->epoch;
     }
     uint32_t unseen = ~seen & (uint32_t)((1ull << m->cfg.nsites) - 1);
     t->seen = popcount(seen);
     t->reach = popcount(unseen); /* a value nobody was seen voting for */
+    t->reach_alive = popcount(unseen & alive);
     for (int k = 0; k < nv; k++) {
-        int r = cnt[k] + popcount(unseen & vs[k].members);
-        if (AL_ROUND_BUG == 3) r = cnt[k] + popcount(unseen) - 1; /* one vote early */
+        uint32_t can = carried[k] ? unseen : unseen & vs[k].members;
+        int r = cnt[k] + popcount(can);
         if (r > t->reach) t->reach = r;
+        int ra = cnt[k] + popcount(can & alive);
+        if (ra > t->reach_alive) t->reach_alive = ra;
         if (cnt[k] > t->nbest) {
             t->nbest = cnt[k];
             t->best = vs[k];
@@ -320,7 +394,13 @@ static int follow_ahead(al_round *m, double now) {
         }
     }
     if (!ahead) return 0;
-    sync_to(m, m->round + 1, NULL, now, "the peers committed it without this site");
+    /* a peer at the next round holds its base: the value committed here */
+    const al_round_hash *h = NULL;
+    for (int i = 0; i < m->cfg.nsites && m->cfg.carry; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i != m->cfg.self && p->have && p->alive && p->st.round == m->round + 1) h = &p->st.base;
+    }
+    sync_to(m, m->round + 1, h, now, "the peers committed it without this site");
     return 1;
 }
 
@@ -359,7 +439,104 @@ static int follow_majority_base(al_round *m, double now) {
     return 0;
 }
 
+/* Paxos' phase 1 without a leader: the reports (al_round_status.accepted) of the
+ * sites promised at (round, epoch) that have not voted in it, this one included.
+ * A value possibly committed in an earlier attempt was voted for by a quorum,
+ * which meets every quorum of reports: so with a quorum of reports, the value
+ * with the latest acc_epoch among them is the only one this attempt may
+ * commit, and with none among them every value is safe. A peer that voted for
+ * a carried value here did that check: follow it. 1 when this site voted. */
+static int carry(al_round *m, double now) {
+    if (!m->cfg.carry || m->vote != AL_VOTE_NONE) return 0;
+    if (m->fetch_peer >= 0 && now < m->t_fetch) return 1;          /* a fetch in flight */
+    if (m->fetch_peer >= 0) m->fetch_tried |= 1u << m->fetch_peer; /* unanswered */
+    m->fetch_peer = -1;
+    const al_round_value *best = accepted(m);
+    uint64_t best_epoch = best ? m->last.acc_epoch : 0;
+    int nrep = 1, follow = 0;
+    for (int i = 0; i < m->cfg.nsites && !follow; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->have || p->st.round != m->round || p->st.epoch != m->epoch)
+            continue;
+        if (p->st.vote == AL_VOTE_HASH && p->st.value.origin < m->epoch) {
+            best = &p->st.value; /* it carried this here: follow it */
+            follow = 1;
+            break;
+        }
+        if (p->st.vote != AL_VOTE_NONE) continue;
+        nrep++;
+        if (p->st.accepted && (!best || p->st.acc_epoch > best_epoch)) {
+            best = &p->st.acc_value;
+            best_epoch = p->st.acc_epoch;
+        }
+    }
+    if (AL_ROUND_BUG == 3) return 0; /* phase 1 skipped: a fresh value in every attempt */
+    if (!best || (!follow && nrep < m->q)) return 0;
+    al_round_value v = *best;
+    char h[17];
+    if (m->have_candidate && veq(&m->cand, &v)) {
+        note(m, AL_LOG_INFO, "round %ld: attempt %llu carries %s (it may have been committed)",
+             m->round, (unsigned long long)m->epoch, hshort(&v.hash, h));
+        cast(m, AL_VOTE_HASH, &v);
+        return 1;
+    }
+    /* not held here: a vote only with the value in hand (every vote for a
+     * value is a copy of it), pulled from a site that voted for it */
+    int src = -1;
+    for (int i = 0; i < m->cfg.nsites && src < 0; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->have || !p->alive || p->st.round != m->round ||
+            (m->fetch_tried >> i & 1))
+            continue;
+        if ((p->st.accepted && veq(&p->st.acc_value, &v)) ||
+            (p->st.vote == AL_VOTE_HASH && veq(&p->st.value, &v)))
+            src = i;
+    }
+    if (src < 0) { /* every holder tried: no vote for it from here in this attempt */
+        note(m, AL_LOG_WARN, "round %ld: attempt %llu: no site could give %s to carry: voting null",
+             m->round, (unsigned long long)m->epoch, hshort(&v.hash, h));
+        cast(m, AL_VOTE_NULL, NULL);
+        return 1;
+    }
+    m->fetch_peer = src;
+    m->fetch_val = v;
+    m->fetch_commit = 0;
+    m->t_fetch = now + m->cfg.deadline_s;
+    al_round_action *a = emit(m, AL_ACT_FETCH);
+    a->peer = src;
+    a->hash = v.hash;
+    a->members = v.members;
+    return 1;
+}
+
+static void on_fetched(al_round *m, const al_round_event *ev) {
+    if (ev->peer != m->fetch_peer || m->fetch_peer < 0) return;
+    m->fetch_peer = -1;
+    int ok = ev->type == AL_EV_FETCHED && ev->round == m->round &&
+             heq(&ev->hash, &m->fetch_val.hash) && m->phase != AL_PH_JOIN &&
+             m->phase != AL_PH_RELOAD && (m->phase != AL_PH_SYNC || m->fetch_commit);
+    if (!ok || (!m->fetch_commit && (m->vote != AL_VOTE_NONE || m->phase != AL_PH_STATS))) {
+        m->fetch_tried |= 1u << ev->peer;
+        return;
+    }
+    if (m->have_candidate) emit(m, AL_ACT_REVERT); /* not the value fetched */
+    al_round_action *a = emit(m, AL_ACT_HOLD);
+    a->hash = m->fetch_val.hash;
+    a->members = m->fetch_val.members;
+    m->have_candidate = 1;
+    m->cand = m->fetch_val;
+    if (m->fetch_commit) { /* committed: the fetched copy is this site's */
+        apply(m, &m->cand.hash);
+        return;
+    }
+    char h[17];
+    note(m, AL_LOG_INFO, "round %ld: attempt %llu carries %s (it may have been committed)",
+         m->round, (unsigned long long)m->epoch, hshort(&m->cand.hash, h));
+    cast(m, AL_VOTE_HASH, &m->cand);
+}
+
 static void decide_members(al_round *m, double now) {
+    if (carry(m, now)) return;
     uint32_t mem = 1u << m->cfg.self;
     int waiting = 0;
     for (int i = 0; i < m->cfg.nsites; i++) {
@@ -401,12 +578,19 @@ static void check_exchange(al_round *m) {
         if (!(m->members >> i & 1) || i == m->cfg.self || !p->have) continue;
         if (p->st.round == m->round && p->st.epoch == m->epoch &&
             (p->st.vote == AL_VOTE_NULL ||
-             (p->st.vote == AL_VOTE_HASH && p->st.value.members != m->members))) {
+             (p->st.vote == AL_VOTE_HASH &&
+              (p->st.value.members != m->members || p->st.value.origin < m->epoch)))) {
             emit(m, AL_ACT_ABORT);
             cast(m, AL_VOTE_NULL, NULL);
             return;
         }
     }
+}
+
+/* v is committed and not held here: fetch it from a voter, or pull the next
+ * round's state from a site that applied it. */
+static void get_committed(al_round *m, const al_round_value *v, double now, const char *why) {
+    if (!fetch_holder(m, &v->hash, now)) sync_to(m, m->round + 1, &v->hash, now, why);
 }
 
 static void decide_outcome(al_round *m, double now) {
@@ -422,7 +606,7 @@ static void decide_outcome(al_round *m, double now) {
             char h[17], why[96];
             snprintf(why, sizeof why, "a quorum committed %s, not this site's candidate",
                      hshort(&t.best.hash, h));
-            sync_to(m, m->round + 1, &t.best.hash, now, why);
+            get_committed(m, &t.best, now, why);
         }
         return;
     }
@@ -432,7 +616,11 @@ static void decide_outcome(al_round *m, double now) {
      * unseen): the agent ran through a million attempts in seconds, a
      * persisted vote each, while its only peer was down. Not voiding is
      * always safe; the peers' statuses wake it when they are back. */
-    if (t.seen > 0 && t.reach < m->q && al_round_reachable(m) >= m->q) {
+    /* Since the carry (Paxos), leaving an attempt is always safe: a value it
+     * may commit is carried into the next. So leave it also when the votes
+     * it waits for are of sites not alive (they may never come). */
+    int reach = m->cfg.carry ? t.reach_alive : t.reach;
+    if (t.seen > 0 && reach < m->q && al_round_reachable(m) >= m->q) {
         note(m, AL_LOG_INFO, "round %ld: attempt %llu cannot reach a quorum (%d votes seen)",
              m->round, (unsigned long long)m->epoch, t.seen);
         next_epoch(m, m->epoch + 1, now);
@@ -461,6 +649,48 @@ static void check_reachable(al_round *m) {
     }
 }
 
+/* Does site j's status show a hash vote for v in (round, epoch)? */
+static int voted_for(const al_round *m, int j, uint64_t epoch, const al_round_value *v) {
+    if (j == m->cfg.self) { /* the last vote, or the latest hash vote */
+        const al_round_vote *l = &m->last;
+        return l->round == m->round &&
+               ((l->epoch == epoch && l->vote == AL_VOTE_HASH && veq(&l->value, v)) ||
+                (l->accepted && l->acc_epoch == epoch && veq(&l->acc_value, v)));
+    }
+    const al_round_peer *p = &m->peer[j];
+    return p->have && p->st.round == m->round && p->st.epoch == epoch &&
+           p->st.vote == AL_VOTE_HASH && veq(&p->st.value, v);
+}
+
+/* A quorum voted for one value in another attempt of this round (their
+ * statuses still show it): that value is committed. A site that left that
+ * attempt before the votes came (they carried its value without it) applies
+ * it if it holds it, or pulls it. */
+static int follow_commit(al_round *m, double now) {
+    if (!m->cfg.carry) return 0;
+    for (int i = 0; i < m->cfg.nsites; i++) {
+        const al_round_peer *p = &m->peer[i];
+        if (i == m->cfg.self || !p->have || p->st.round != m->round || p->st.epoch == m->epoch ||
+            p->st.vote != AL_VOTE_HASH)
+            continue;
+        int n = 0;
+        for (int j = 0; j < m->cfg.nsites; j++) n += voted_for(m, j, p->st.epoch, &p->st.value);
+        if (n < m->q) continue;
+        if (m->have_candidate && veq(&m->cand, &p->st.value)) {
+            if (m->phase == AL_PH_EXCHANGE) emit(m, AL_ACT_ABORT);
+            apply(m, &m->cand.hash);
+            return 1;
+        }
+        char h[17], why[128];
+        snprintf(why, sizeof why,
+                 "a quorum committed %s in attempt %llu, not this site's candidate",
+                 hshort(&p->st.value.hash, h), (unsigned long long)p->st.epoch);
+        get_committed(m, &p->st.value, now, why);
+        return 1;
+    }
+    return 0;
+}
+
 /* After any event: move on as far as what is known allows. */
 static void advance(al_round *m, double now) {
     check_reachable(m);
@@ -469,6 +699,7 @@ static void advance(al_round *m, double now) {
         return;
     }
     if (follow_ahead(m, now)) return;
+    if (m->phase != AL_PH_JOIN && m->phase != AL_PH_RELOAD && follow_commit(m, now)) return;
     follow_epoch(m, now);
     if (follow_majority_base(m, now)) return;
     if (m->phase == AL_PH_JOIN) {
@@ -604,7 +835,7 @@ static void on_interval_done(al_round *m, const al_round_event *ev, double now) 
 static void on_candidate(al_round *m, const al_round_event *ev) {
     if (heq(&ev->theta, &m->base)) {
         m->have_candidate = 1;
-        m->cand = (al_round_value){ev->hash, m->members};
+        m->cand = (al_round_value){ev->hash, m->members, m->epoch};
         cast(m, AL_VOTE_HASH, &m->cand);
         return;
     }
@@ -679,6 +910,10 @@ void al_round_step(al_round *m, const al_round_event *ev) {
     case AL_EV_RELOADED:
         on_reloaded(m, ev, now);
         break;
+    case AL_EV_FETCHED:
+    case AL_EV_FETCH_FAILED:
+        on_fetched(m, ev);
+        break;
     case AL_EV_SYNCED:
         on_synced(m, ev);
         break;
@@ -712,6 +947,12 @@ void al_round_status_get(const al_round *m, al_round_status *st) {
     st->base = m->base;
     st->vote = m->vote;
     st->value = m->value;
+    const al_round_value *acc = accepted(m);
+    if (acc) {
+        st->accepted = 1;
+        st->acc_epoch = m->last.acc_epoch;
+        st->acc_value = *acc;
+    }
 }
 
 int al_round_reachable(const al_round *m) {

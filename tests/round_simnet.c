@@ -70,9 +70,11 @@ void sn_send(sn_net *net, sn_heap *h, double now, sn_event e) {
     }
 }
 
-static const char *const KIND_NAMES[SN_NKINDS] = {"status", "stats",     "tick",   "trained",
-                                                  "xcheck", "candidate", "synced", "reloaded",
-                                                  "fault",  "restart",   "quiesce"};
+static const char *const KIND_NAMES[SN_NKINDS] = {
+#define SN_NAME(e, s) s,
+    SN_KINDS(SN_NAME)
+#undef SN_NAME
+};
 
 const char *sn_kind_name(int kind) {
     if (kind >= 0 && kind < SN_NKINDS) return KIND_NAMES[kind];

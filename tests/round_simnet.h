@@ -10,19 +10,27 @@
 
 #include "al_round.h"
 
+/* The simulated world's event kinds, (name, text) once for the enum and
+ * sn_kind_name. */
+#define SN_KINDS(X)                                                                                \
+    X(SN_STATUS, "status")     /* message: a status from `from` to `site` */                       \
+    X(SN_STATS, "stats")       /* message: statistics for (round, epoch) */                        \
+    X(SN_TICK, "tick")         /* the site's timer */                                              \
+    X(SN_TRAINED, "trained")   /* the site's interval ends (seq: which TRAIN) */                   \
+    X(SN_XCHECK, "xcheck")     /* look at the site's exchange (round, epoch, members) */           \
+    X(SN_CAND, "candidate")    /* the site's candidate is computed (hash) */                       \
+    X(SN_SYNCED, "synced")     /* the site's pull from `from` is answered */                       \
+    X(SN_FETCHED, "fetched")   /* its fetch of a candidate from `from` is answered */              \
+    X(SN_RELOADED, "reloaded") /* the site's reload of its persisted commit is done (hash) */      \
+    X(SN_FAULT, "fault")       /* fault: a, b, dur */                                              \
+    X(SN_RESTART, "restart")   /* the site comes back (inc: the incarnation that crashed) */       \
+    X(SN_QUIESCE, "quiesce")   /* faults end: heal, restart, stop dropping */
+
 enum {
-    SN_STATUS,   /* message: a status from `from` to `site` */
-    SN_STATS,    /* message: statistics for (round, epoch) */
-    SN_TICK,     /* the site's timer */
-    SN_TRAINED,  /* the site's interval ends (seq: which TRAIN) */
-    SN_XCHECK,   /* look at the site's exchange (round, epoch, members) */
-    SN_CAND,     /* the site's candidate is computed (hash) */
-    SN_SYNCED,   /* the site's pull from `from` is answered */
-    SN_RELOADED, /* the site's reload of its persisted commit is done (hash) */
-    SN_FAULT,    /* fault: a, b, dur */
-    SN_RESTART,  /* the site comes back (inc: the incarnation that crashed) */
-    SN_QUIESCE,  /* faults end: heal, restart, stop dropping */
-    SN_NKINDS
+#define SN_ENUM(e, s) e,
+    SN_KINDS(SN_ENUM)
+#undef SN_ENUM
+        SN_NKINDS
 };
 
 typedef struct sn_event {

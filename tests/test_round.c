@@ -60,7 +60,8 @@ typedef struct site {
     al_round m;
     int up, inc, crash_mid; /* crash_mid >= 0: crash before that many more actions */
     al_round_start disk;    /* what survives a crash */
-    al_round_hash theta, pulled;
+    al_round_hash theta, pulled, fetched;
+    long fetched_round;
     int cand_ok;
     long cand_round;
     al_round_hash cand;
@@ -82,7 +83,7 @@ typedef struct vote_rec {
 
 typedef struct counts {
     long schedules, events, commits, adopts, repairs, crashes, partitions, corrupts, drops;
-    long reloads;
+    long reloads, fetches, carried;
     long sent, lost, dups;
     uint64_t max_epoch;
 } counts;
@@ -92,6 +93,7 @@ typedef struct world {
     int n, q, verbose, failed, quiesced, partitioned;
     int dead;                  /* a site down for good from the heal on (majority only), -1: none */
     int dead_mode, keep_going; /* AL_ROUND_DEAD, AL_ROUND_KEEP_GOING */
+    int carry;                 /* al_round_cfg.carry: AL_ROUND_CARRY (default 1) */
     al_round_cfg cfg;
     al_rng rng;
     sn_net net;
@@ -140,6 +142,7 @@ static void record_vote(world *w, int i, const al_round_action *a) {
         assert_non_null(w->votes);
     }
     w->votes[w->nvotes++] = (vote_rec){i, a->vote, a->round, a->epoch, a->hash};
+    w->c.carried += a->vote == AL_VOTE_HASH && a->rec.value.origin < a->epoch;
     if (a->epoch > w->c.max_epoch) w->c.max_epoch = a->epoch;
 }
 
@@ -246,9 +249,12 @@ static void act(world *w, int i, const al_round_action *a) {
         push(w, SN_CAND, i, sn_uniform(&w->rng, 0.05, 0.3), e);
         break;
     case AL_ACT_PERSIST_VOTE:
-        record_vote(w, i, a);
+        if (a->vote != AL_VOTE_NONE) record_vote(w, i, a); /* NONE: a promise only */
         s->disk.last = a->rec;
-        if (a->vote == AL_VOTE_HASH) { /* its candidate is persisted with it */
+        /* its candidate is persisted with a vote for it (a carried vote is for a
+         * value this site may not hold) */
+        if (a->vote == AL_VOTE_HASH && s->cand_ok && s->cand_round == a->round &&
+            heq(&s->cand, &a->hash)) {
             s->disk.held_round = a->round;
             s->disk.held = a->rec.value;
         }
@@ -270,6 +276,20 @@ static void act(world *w, int i, const al_round_action *a) {
     case AL_ACT_SYNC:
         e.from = a->peer;
         push(w, SN_SYNCED, i, sn_uniform(&w->rng, 0.1, 0.8), e);
+        break;
+    case AL_ACT_HOLD:
+        if (s->fetched_round != a->round || !heq(&s->fetched, &a->hash))
+            return fail_inv(w, "(d) site %d holds %016llx in round %ld, which it did not fetch", i,
+                            (unsigned long long)hval(&a->hash), a->round);
+        s->cand_ok = 1;
+        s->cand_round = a->round;
+        s->cand = a->hash;
+        break;
+    case AL_ACT_FETCH:
+        e.from = a->peer;
+        e.round = a->round;
+        e.hash = a->hash;
+        push(w, SN_FETCHED, i, sn_uniform(&w->rng, 0.1, 0.8), e);
         break;
     case AL_ACT_ADOPT:
         if (!heq(&a->hash, &s->pulled))
@@ -366,6 +386,24 @@ static void sync_answer(world *w, const sn_event *e) {
         ev.round = src->m.round;
         ev.hash = src->m.base;
         w->s[i].pulled = ev.hash;
+    }
+    feed(w, i, ev);
+}
+
+/* A fetch of a candidate to carry: the source serves the candidate it holds if
+ * it is the one asked for. */
+static void fetch_answer(world *w, const sn_event *e) {
+    int i = e->site, p = e->from;
+    const site *src = &w->s[p];
+    al_round_event ev = {.type = AL_EV_FETCH_FAILED, .peer = p};
+    if (src->up && sn_link_up(&w->net, i, p) && src->cand_ok && src->cand_round == e->round &&
+        heq(&src->cand, &e->hash)) {
+        ev.type = AL_EV_FETCHED;
+        ev.round = e->round;
+        ev.hash = e->hash;
+        w->s[i].fetched = e->hash; /* held once the machine says AL_ACT_HOLD */
+        w->s[i].fetched_round = e->round;
+        w->c.fetches++;
     }
     feed(w, i, ev);
 }
@@ -477,6 +515,9 @@ static void dispatch(world *w, const sn_event *e) {
     case SN_SYNCED:
         if (mine) sync_answer(w, e);
         break;
+    case SN_FETCHED:
+        if (mine) fetch_answer(w, e);
+        break;
     case SN_RELOADED:
         if (!mine) break;
         s->theta = e->hash;
@@ -535,7 +576,8 @@ static void setup(world *w, uint64_t seed) {
                             .min_sites = 1,
                             .heartbeat_s = 1,
                             .peer_timeout_s = 5,
-                            .deadline_s = 4};
+                            .deadline_s = 4,
+                            .carry = w->carry};
     w->q = al_quorum_size(w->cfg.quorum, w->n);
     memset(&w->net, 0, sizeof w->net);
     w->net = (sn_net){.n = w->n,
@@ -615,6 +657,7 @@ static void simulate(int kind) {
     uint64_t first = env_u64("AL_ROUND_FIRST_SEED", 0);
     uint64_t end = first + env_u64("AL_ROUND_SCHEDULES", 10000);
     w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
+    w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
     w->keep_going = (int)env_u64("AL_ROUND_KEEP_GOING", 0);
     long failed = 0;
     double t0 = al_now();
@@ -626,10 +669,11 @@ static void simulate(int kind) {
     print_message(
         "  %s: %ld schedules in %.1f s wall, %ld events; %ld commits, %ld pulls (%ld "
         "repairs), %ld reloads, %ld crashes, %ld partitions, %ld corruptions, %ld peer drops, "
-        "epoch max %llu; %ld messages, %ld lost, %ld duplicated\n",
+        "epoch max %llu, %ld values carried (%ld fetched); %ld messages, %ld lost, %ld "
+        "duplicated\n",
         CONFIG_NAMES[kind], c.schedules, al_now() - t0, c.events, c.commits, c.adopts, c.repairs,
         c.reloads, c.crashes, c.partitions, c.corrupts, c.drops, (unsigned long long)c.max_epoch,
-        c.sent, c.lost, c.dups);
+        c.carried, c.fetches, c.sent, c.lost, c.dups);
     world_free(w);
     free(w);
     if (failed) fail_msg("an invariant failed (seed above)");
@@ -675,11 +719,14 @@ static void test_quorum_names(void **st) {
     assert_string_equal(al_round_event_name(AL_EV_TICK), "tick");
     assert_string_equal(al_round_event_name(AL_EV_EXCHANGE_FAILED), "exchange-failed");
     assert_string_equal(al_round_event_name(AL_EV_RELOADED), "reloaded");
-    for (int i = 0; i <= AL_EV_RELOADED; i++)
+#define ONE(e, s) +1
+    const int nev = 0 AL_ROUND_EVENTS(ONE);
+#undef ONE
+    for (int i = 0; i < nev; i++)
         for (int j = 0; j < i; j++)
             assert_string_not_equal(al_round_event_name((al_round_event_type)i),
                                     al_round_event_name((al_round_event_type)j));
-    assert_string_equal(al_round_event_name((al_round_event_type)(AL_EV_RELOADED + 1)), "?");
+    assert_string_equal(al_round_event_name((al_round_event_type)nev), "?");
 }
 
 static const al_round_cfg GOOD = {.nsites = 3,
@@ -805,6 +852,140 @@ static void test_restart_holds_vote(void **st) {
     free(m);
 }
 
+/* Feed ev; the actions it produced, into got (at most AL_ROUND_MAX_ACTIONS). */
+static int feed_all(al_round *m, al_round_event ev, al_round_action *got) {
+    al_round_step(m, &ev);
+    return al_round_ready(m, got, AL_ROUND_MAX_ACTIONS);
+}
+/* The first action of type t among got[0..n), or NULL. */
+static const al_round_action *find_act(const al_round_action *got, int n, al_round_action_type t) {
+    for (int i = 0; i < n; i++)
+        if (got[i].type == t) return &got[i];
+    return NULL;
+}
+
+/* Paxos' carry (al_round_cfg.carry), site 0 of three: it voted for its
+ * candidate V in attempt 0, 1 voted null, 2 died before its vote was seen. V
+ * may have been committed (2 may have voted for it), so no other value may be:
+ * site 0 leaves attempt 0 (the vote it waits for is a dead site's), persists
+ * its promise for attempt 1 and, with a quorum of reports (its own and 1's),
+ * votes for V again, which commits with 1's vote. */
+static void test_carry_holder(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    al_err err;
+    assert_int_equal(al_round_init(m, &cfg, &s, 0, &err), 0);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    al_round_status open0 = {.round = 0, .base = hmk(1)};
+    feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = open0}, a);
+    int n =
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 2, .st = open0}, a);
+    assert_non_null(find_act(a, n, AL_ACT_TRAIN));
+    feed_all(m, (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = 0.2, .hash = hmk(1)}, a);
+    feed_all(m, (al_round_event){.type = AL_EV_STATS, .now = 0.3, .peer = 1}, a);
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATS, .now = 0.3, .peer = 2}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_EXCHANGE));
+    assert_int_equal(x->members, 7);
+    n = feed_all(m, (al_round_event){.type = AL_EV_EXCHANGE_DONE, .now = 0.4}, a);
+    assert_non_null(find_act(a, n, AL_ACT_PROPOSE));
+    al_round_hash v = hmk(50);
+    n = feed_all(
+        m, (al_round_event){.type = AL_EV_CANDIDATE, .now = 0.5, .hash = v, .theta = hmk(1)}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_HASH);
+    al_round_status null1 = {.round = 0, .base = hmk(1), .vote = AL_VOTE_NULL};
+    for (double t = 1; t < 5.6; t += 1) /* 1 is heard, 2 is not */
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = t, .peer = 1, .st = null1}, a);
+    assert_int_equal(m->epoch, 0); /* 2 is alive: its vote may come */
+    n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = 5.6}, a);
+    assert_non_null(find_act(a, n, AL_ACT_DROP));
+    assert_int_equal(m->epoch, 1);
+    assert_null(find_act(a, n, AL_ACT_REVERT)); /* V is kept: it may be carried */
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_NONE); /* the promise */
+    assert_int_equal(x->rec.promised, 1);
+    assert_true(x->rec.accepted && x->rec.acc_epoch == 0 && heq(&x->rec.acc_value.hash, &v));
+    al_round_status open1 = {.round = 0, .epoch = 1, .base = hmk(1)};
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 5.7, .peer = 1, .st = open1}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_HASH);
+    assert_true(heq(&x->hash, &v));
+    assert_int_equal(x->rec.epoch, 1);
+    assert_int_equal(x->rec.value.origin, 0); /* carried from attempt 0 */
+    assert_int_equal(x->rec.value.members, 7);
+    al_round_status voted1 = open1;
+    voted1.vote = AL_VOTE_HASH;
+    voted1.value = x->rec.value;
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 5.8, .peer = 1, .st = voted1}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_APPLY));
+    assert_true(heq(&x->hash, &v));
+    assert_int_equal(m->round, 1);
+    free(m);
+}
+
+/* The other side, site 1: it voted null in attempt 0 and does not hold V;
+ * site 0 reports V as its latest hash vote. In attempt 1 site 1 fetches V from
+ * 0 and votes for it once it holds it; a failed fetch with no other voter to
+ * ask is a null vote, never a vote for a value not held. */
+static void test_carry_fetch(void **st) {
+    (void)st;
+    al_round *m = calloc(1, sizeof *m);
+    assert_non_null(m);
+    al_round_cfg cfg = GOOD;
+    cfg.self = 1;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    s.last = (al_round_vote){.round = 0, .epoch = 0, .vote = AL_VOTE_NULL};
+    al_err err;
+    al_round_value v = {.hash = hmk(50), .members = 7, .origin = 0};
+    al_round_status rep0 = {
+        .round = 0, .epoch = 1, .base = hmk(1), .accepted = 1, .acc_epoch = 0, .acc_value = v};
+    for (int fail = 0; fail < 2; fail++) {
+        assert_int_equal(al_round_init(m, &cfg, &s, 0, &err), 0);
+        al_round_action a[AL_ROUND_MAX_ACTIONS];
+        const al_round_action *x;
+        int n = feed_all(
+            m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 0, .st = rep0}, a);
+        assert_int_equal(m->epoch, 1); /* followed 0 */
+        assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+        assert_int_equal(x->rec.promised, 1);
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 3.9, .peer = 0, .st = rep0}, a);
+        n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = 4.1}, a); /* join deadline */
+        assert_non_null(find_act(a, n, AL_ACT_TRAIN));
+        n = feed_all(m, (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = 4.2, .hash = hmk(1)},
+                     a);
+        assert_non_null(x = find_act(a, n, AL_ACT_FETCH));
+        assert_int_equal(x->peer, 0);
+        assert_true(heq(&x->hash, &v.hash));
+        assert_null(find_act(a, n, AL_ACT_PERSIST_VOTE)); /* no vote before it holds V */
+        al_round_event got = {.type = fail ? AL_EV_FETCH_FAILED : AL_EV_FETCHED,
+                              .now = 4.4,
+                              .peer = 0,
+                              .round = 0,
+                              .hash = v.hash};
+        n = feed_all(m, got, a);
+        assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+        if (fail) {
+            assert_int_equal(x->vote, AL_VOTE_NULL);
+            assert_null(find_act(a, n, AL_ACT_HOLD));
+        } else {
+            assert_int_equal(x->vote, AL_VOTE_HASH);
+            assert_true(heq(&x->hash, &v.hash));
+            assert_non_null(x = find_act(a, n, AL_ACT_HOLD));
+            assert_true(heq(&x->hash, &v.hash));
+            assert_true(m->have_candidate);
+        }
+    }
+    free(m);
+}
+
 /* Two sites, quorum majority (both), the peer never heard: the site trains,
  * says "no quorum", votes null once and waits. It used to void attempt after
  * attempt, one per event (over a million in seconds in the agent, a persisted
@@ -853,7 +1034,8 @@ static void test_alone_no_storm(void **st) {
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
-        cmocka_unit_test(test_alone_no_storm)
+        cmocka_unit_test(test_alone_no_storm), cmocka_unit_test(test_carry_holder),                \
+        cmocka_unit_test(test_carry_fetch)
 
 int main(int argc, char **argv) {
     prog = argv[0];
@@ -862,6 +1044,7 @@ int main(int argc, char **argv) {
         if (!w) return 1;
         w->verbose = 1;
         w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
+        w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
         uint64_t seed = strtoull(argv[2], NULL, 10);
         int rc = run_schedule(w, seed);
         printf("seed %llu: %s\n", (unsigned long long)seed, rc ? "FAILED" : "every invariant held");
