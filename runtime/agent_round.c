@@ -159,11 +159,14 @@ static void status_out(const al_round_status *st, al_peer_status *p) {
  * when a round stalls. */
 static void feed(agent *a, al_round_event *ev) {
     ev->now = al_now();
+    if (a->log.min > AL_LOG_DEBUG) { /* no trace: nothing to compare */
+        al_round_step(&a->rm, ev);
+        return;
+    }
     al_round_status b, s;
     al_round_status_get(&a->rm, &b);
     al_round_phase ph = a->rm.phase;
     al_round_step(&a->rm, ev);
-    if (a->log.min > AL_LOG_DEBUG) return;
     al_round_status_get(&a->rm, &s);
     int peer_news = ev->type == AL_EV_STATUS && ev->peer >= 0;
     if (!peer_news && s.round == b.round && s.epoch == b.epoch && ph == a->rm.phase &&

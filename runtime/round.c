@@ -248,12 +248,16 @@ static int sync_source(al_round *m) {
     return -1;
 }
 
-/* The value hashing to h is committed and not held here: fetch it from a site
- * still at this round that voted for it (it may not know of the commit yet),
- * to apply it. 1: a fetch is in flight. */
-static int fetch_holder(al_round *m, const al_round_hash *h, double now) {
+/* Fetch the value hashing to h from a live site at this round whose status
+ * shows a vote for it or reports it accepted (it holds it), unless that fetch
+ * is in flight already or every such site failed it in this attempt. commit:
+ * to apply it (it is committed), else to vote for it (carried); want: the value
+ * to hold once fetched (NULL: the one the site reports). 1: a fetch is in
+ * flight; 0: no site left to ask. */
+static int fetch_value(al_round *m, const al_round_hash *h, const al_round_value *want, int commit,
+                       double now) {
     if (!m->cfg.carry) return 0;
-    if (m->fetch_peer >= 0 && m->fetch_commit && now < m->t_fetch) return 1;
+    if (m->fetch_peer >= 0 && m->fetch_commit == commit && now < m->t_fetch) return 1;
     if (m->fetch_peer >= 0) m->fetch_tried |= 1u << m->fetch_peer; /* unanswered */
     m->fetch_peer = -1;
     for (int i = 0; i < m->cfg.nsites; i++) {
@@ -268,13 +272,13 @@ static int fetch_holder(al_round *m, const al_round_hash *h, double now) {
         if (!v) continue;
         if (m->phase == AL_PH_EXCHANGE) emit(m, AL_ACT_ABORT);
         m->fetch_peer = i;
-        m->fetch_val = *v;
-        m->fetch_commit = 1;
+        m->fetch_val = want ? *want : *v;
+        m->fetch_commit = commit;
         m->t_fetch = now + m->cfg.deadline_s;
         al_round_action *a = emit(m, AL_ACT_FETCH);
         a->peer = i;
-        a->hash = v->hash;
-        a->members = v->members;
+        a->hash = m->fetch_val.hash;
+        a->members = m->fetch_val.members;
         return 1;
     }
     return 0;
@@ -285,7 +289,8 @@ static void try_sync(al_round *m, double now) {
     m->sync_peer = -1;
     int src = sync_source(m);
     if (src < 0) { /* nobody has applied it yet: a voter still holds it */
-        if (m->sync_round == m->round + 1 && m->sync_check && fetch_holder(m, &m->sync_hash, now))
+        if (m->sync_round == m->round + 1 && m->sync_check &&
+            fetch_value(m, &m->sync_hash, NULL, 1, now))
             m->t_sync = m->t_fetch;
         return;
     }
@@ -448,9 +453,7 @@ static int follow_majority_base(al_round *m, double now) {
  * a carried value here did that check: follow it. 1 when this site voted. */
 static int carry(al_round *m, double now) {
     if (!m->cfg.carry || m->vote != AL_VOTE_NONE) return 0;
-    if (m->fetch_peer >= 0 && now < m->t_fetch) return 1;          /* a fetch in flight */
-    if (m->fetch_peer >= 0) m->fetch_tried |= 1u << m->fetch_peer; /* unanswered */
-    m->fetch_peer = -1;
+    if (m->fetch_peer >= 0 && now < m->t_fetch) return 1; /* a fetch in flight */
     const al_round_value *best = accepted(m);
     uint64_t best_epoch = best ? m->last.acc_epoch : 0;
     int nrep = 1, follow = 0;
@@ -481,31 +484,12 @@ static int carry(al_round *m, double now) {
         return 1;
     }
     /* not held here: a vote only with the value in hand (every vote for a
-     * value is a copy of it), pulled from a site that voted for it */
-    int src = -1;
-    for (int i = 0; i < m->cfg.nsites && src < 0; i++) {
-        const al_round_peer *p = &m->peer[i];
-        if (i == m->cfg.self || !p->have || !p->alive || p->st.round != m->round ||
-            (m->fetch_tried >> i & 1))
-            continue;
-        if ((p->st.accepted && veq(&p->st.acc_value, &v)) ||
-            (p->st.vote == AL_VOTE_HASH && veq(&p->st.value, &v)))
-            src = i;
-    }
-    if (src < 0) { /* every holder tried: no vote for it from here in this attempt */
-        note(m, AL_LOG_WARN, "round %ld: attempt %llu: no site could give %s to carry: voting null",
-             m->round, (unsigned long long)m->epoch, hshort(&v.hash, h));
-        cast(m, AL_VOTE_NULL, NULL);
-        return 1;
-    }
-    m->fetch_peer = src;
-    m->fetch_val = v;
-    m->fetch_commit = 0;
-    m->t_fetch = now + m->cfg.deadline_s;
-    al_round_action *a = emit(m, AL_ACT_FETCH);
-    a->peer = src;
-    a->hash = v.hash;
-    a->members = v.members;
+     * value is a copy of it), fetched from a site that voted for it */
+    if (fetch_value(m, &v.hash, &v, 0, now)) return 1;
+    /* every holder tried: no vote for it from here in this attempt */
+    note(m, AL_LOG_WARN, "round %ld: attempt %llu: no site could give %s to carry: voting null",
+         m->round, (unsigned long long)m->epoch, hshort(&v.hash, h));
+    cast(m, AL_VOTE_NULL, NULL);
     return 1;
 }
 
@@ -590,7 +574,7 @@ static void check_exchange(al_round *m) {
 /* v is committed and not held here: fetch it from a voter, or pull the next
  * round's state from a site that applied it. */
 static void get_committed(al_round *m, const al_round_value *v, double now, const char *why) {
-    if (!fetch_holder(m, &v->hash, now)) sync_to(m, m->round + 1, &v->hash, now, why);
+    if (!fetch_value(m, &v->hash, v, 1, now)) sync_to(m, m->round + 1, &v->hash, now, why);
 }
 
 static void decide_outcome(al_round *m, double now) {
@@ -614,11 +598,10 @@ static void decide_outcome(al_round *m, double now) {
      * enough sites are reachable for one to succeed. With fewer, every new
      * attempt would be void at once (this site's null vote, the others
      * unseen): the agent ran through a million attempts in seconds, a
-     * persisted vote each, while its only peer was down. Not voiding is
-     * always safe; the peers' statuses wake it when they are back. */
-    /* Since the carry (Paxos), leaving an attempt is always safe: a value it
-     * may commit is carried into the next. So leave it also when the votes
-     * it waits for are of sites not alive (they may never come). */
+     * persisted vote each, while its only peer was down; the peers' statuses
+     * wake it when they are back. With the carry, leaving an attempt is always
+     * safe (a value it may commit is carried into the next), so it is left
+     * also when the votes it waits for are of sites not alive. */
     int reach = m->cfg.carry ? t.reach_alive : t.reach;
     if (t.seen > 0 && reach < m->q && al_round_reachable(m) >= m->q) {
         note(m, AL_LOG_INFO, "round %ld: attempt %llu cannot reach a quorum (%d votes seen)",

@@ -1,8 +1,8 @@
 # shell_lib.sh -- the common start of the shell tests that run agents, sourced:
 #   . "$(dirname "$0")/shell_lib.sh"; al_test_start NAME "$1"
 # sets bin (the autoloco binary, absolute), tmp (a fresh folder under /tmp,
-# removed at exit unless AL_TEST_KEEP is set), pids (processes killed at exit: append yours), and the
-# counters behind ok/no; the caller ends with al_test_end.
+# removed at exit unless AL_TEST_KEEP is set), pids (processes killed at exit:
+# append yours), and the counters behind ok/no; the caller ends with al_test_end.
 al_test_start() {
     set -u
     bin=${2:?usage: $1.sh path/to/autoloco}

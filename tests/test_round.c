@@ -784,26 +784,38 @@ static void test_bad_cfg(void **st) {
 }
 
 /* Feed one event and return the actions of the given type (up to max). */
+/* Feed ev; the actions it produced, into got (at most AL_ROUND_MAX_ACTIONS). */
+static int feed_all(al_round *m, al_round_event ev, al_round_action *got) {
+    al_round_step(m, &ev);
+    return al_round_ready(m, got, AL_ROUND_MAX_ACTIONS);
+}
+
+/* Feed ev; of the actions it produced, those of type t into got (at most max). */
 static int step_take(al_round *m, al_round_event ev, al_round_action_type t, al_round_action *got,
                      int max) {
     al_round_action acts[AL_ROUND_MAX_ACTIONS];
-    al_round_step(m, &ev);
-    int n = al_round_ready(m, acts, AL_ROUND_MAX_ACTIONS), k = 0;
+    int n = feed_all(m, ev, acts), k = 0;
     for (int i = 0; i < n; i++)
         if (acts[i].type == t && k < max) got[k++] = acts[i];
     return k;
 }
 
-/* Two of three sites at this round hold another base: pull theirs, adopt only it. */
-static void test_majority_base(void **st) {
-    (void)st;
+/* A machine started from s under cfg (freed by the caller). */
+static al_round *new_machine(const al_round_cfg *cfg, const al_round_start *s) {
     al_round *m = calloc(1, sizeof *m);
     assert_non_null(m);
     al_err err;
+    assert_int_equal(al_round_init(m, cfg, s, 0, &err), 0);
+    return m;
+}
+
+/* Two of three sites at this round hold another base: pull theirs, adopt only it. */
+static void test_majority_base(void **st) {
+    (void)st;
     al_round_start s = START;
     s.round = 4;
     s.base = hmk(1);
-    assert_int_equal(al_round_init(m, &GOOD, &s, 0, &err), 0);
+    al_round *m = new_machine(&GOOD, &s);
     al_round_status peer = {.round = 4, .base = hmk(2)};
     al_round_action a[4];
     al_round_event ev = {.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = peer};
@@ -854,11 +866,6 @@ static void test_restart_holds_vote(void **st) {
     free(m);
 }
 
-/* Feed ev; the actions it produced, into got (at most AL_ROUND_MAX_ACTIONS). */
-static int feed_all(al_round *m, al_round_event ev, al_round_action *got) {
-    al_round_step(m, &ev);
-    return al_round_ready(m, got, AL_ROUND_MAX_ACTIONS);
-}
 /* The first action of type t among got[0..n), or NULL. */
 static const al_round_action *find_act(const al_round_action *got, int n, al_round_action_type t) {
     for (int i = 0; i < n; i++)
@@ -874,14 +881,11 @@ static const al_round_action *find_act(const al_round_action *got, int n, al_rou
  * votes for V again, which commits with 1's vote. */
 static void test_carry_holder(void **st) {
     (void)st;
-    al_round *m = calloc(1, sizeof *m);
-    assert_non_null(m);
     al_round_cfg cfg = GOOD;
     cfg.carry = 1;
     al_round_start s = START;
     s.base = hmk(1);
-    al_err err;
-    assert_int_equal(al_round_init(m, &cfg, &s, 0, &err), 0);
+    al_round *m = new_machine(&cfg, &s);
     al_round_action a[AL_ROUND_MAX_ACTIONS];
     const al_round_action *x;
     al_round_status open0 = {.round = 0, .base = hmk(1)};
@@ -937,20 +941,17 @@ static void test_carry_holder(void **st) {
  * ask is a null vote, never a vote for a value not held. */
 static void test_carry_fetch(void **st) {
     (void)st;
-    al_round *m = calloc(1, sizeof *m);
-    assert_non_null(m);
     al_round_cfg cfg = GOOD;
     cfg.self = 1;
     cfg.carry = 1;
     al_round_start s = START;
     s.base = hmk(1);
     s.last = (al_round_vote){.round = 0, .epoch = 0, .vote = AL_VOTE_NULL};
-    al_err err;
     al_round_value v = {.hash = hmk(50), .members = 7, .origin = 0};
     al_round_status rep0 = {
         .round = 0, .epoch = 1, .base = hmk(1), .accepted = 1, .acc_epoch = 0, .acc_value = v};
     for (int fail = 0; fail < 2; fail++) {
-        assert_int_equal(al_round_init(m, &cfg, &s, 0, &err), 0);
+        al_round *m = new_machine(&cfg, &s);
         al_round_action a[AL_ROUND_MAX_ACTIONS];
         const al_round_action *x;
         int n = feed_all(
@@ -984,7 +985,57 @@ static void test_carry_fetch(void **st) {
             assert_true(heq(&x->hash, &v.hash));
             assert_true(m->have_candidate);
         }
+        free(m);
     }
+}
+
+/* Sites 1 and 2 committed V in attempt 1 (their statuses show both votes);
+ * site 0, which does not hold V, restarted in attempt 2 (it had left attempt 1
+ * with a null vote before their votes came). It knows V is committed, fetches
+ * it from a voter (the other one when the first fails) and applies it. */
+static void test_commit_elsewhere(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    s.last = (al_round_vote){.round = 0, .epoch = 1, .vote = AL_VOTE_NULL, .promised = 2};
+    al_round *m = new_machine(&cfg, &s);
+    assert_int_equal(m->epoch, 2);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    al_round_value v = {.hash = hmk(60), .members = 6, .origin = 1};
+    al_round_status voted = {.round = 0,
+                             .epoch = 1,
+                             .base = hmk(1),
+                             .vote = AL_VOTE_HASH,
+                             .value = v,
+                             .accepted = 1,
+                             .acc_epoch = 1,
+                             .acc_value = v};
+    int n =
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = voted}, a);
+    assert_null(find_act(a, n, AL_ACT_FETCH)); /* one vote is no commit */
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.2, .peer = 2, .st = voted}, a);
+    assert_non_null(find_act(a, n, AL_ACT_TRAIN)); /* both heard: joined */
+    n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = 0.3}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_FETCH));
+    assert_int_equal(x->peer, 1);
+    assert_true(heq(&x->hash, &v.hash));
+    n = feed_all(m, (al_round_event){.type = AL_EV_FETCH_FAILED, .now = 0.5, .peer = 1}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_FETCH)); /* the other voter */
+    assert_int_equal(x->peer, 2);
+    assert_null(find_act(a, n, AL_ACT_APPLY));
+    n = feed_all(
+        m,
+        (al_round_event){.type = AL_EV_FETCHED, .now = 0.8, .peer = 2, .round = 0, .hash = v.hash},
+        a);
+    assert_non_null(x = find_act(a, n, AL_ACT_HOLD));
+    assert_true(heq(&x->hash, &v.hash));
+    assert_non_null(x = find_act(a, n, AL_ACT_APPLY));
+    assert_true(heq(&x->hash, &v.hash));
+    assert_int_equal(m->round, 1);
+    assert_true(heq(&m->base, &v.hash));
     free(m);
 }
 
@@ -995,12 +1046,9 @@ static void test_carry_fetch(void **st) {
  * one begins. */
 static void test_alone_no_storm(void **st) {
     (void)st;
-    al_round *m = calloc(1, sizeof *m);
-    assert_non_null(m);
-    al_err err;
     al_round_cfg cfg = GOOD;
     cfg.nsites = 2;
-    assert_int_equal(al_round_init(m, &cfg, &START, 0, &err), 0);
+    al_round *m = new_machine(&cfg, &START);
     al_round_action a[AL_ROUND_MAX_ACTIONS];
     int trained = 0, votes = 0;
     for (int k = 1; k <= 1200; k++) { /* 60 s of ticks */
@@ -1037,7 +1085,7 @@ static void test_alone_no_storm(void **st) {
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
         cmocka_unit_test(test_alone_no_storm), cmocka_unit_test(test_carry_holder),                \
-        cmocka_unit_test(test_carry_fetch)
+        cmocka_unit_test(test_carry_fetch), cmocka_unit_test(test_commit_elsewhere)
 
 int main(int argc, char **argv) {
     prog = argv[0];
