@@ -214,6 +214,9 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     a->dbar = malloc(a->P * sizeof(float));
     a->part = malloc(a->P * sizeof(float));
     if (!a->delta || !a->dbar || !a->part) return al_errf(err, AL_ENOMEM, "agent: out of memory");
+    a->overlap = !strcmp(c->outer_overlap, "delayed");
+    if (a->overlap && !(a->from = malloc(a->P * sizeof(float))))
+        return al_errf(err, AL_ENOMEM, "agent: out of memory");
     return al_metrics_init(&a->met, c->site_name, err);
 }
 
@@ -230,6 +233,7 @@ static int start_workers(agent *a, al_err *err) {
 }
 
 static void teardown(agent *a) {
+    ag_bg_discard(a, 1); /* overlap: the training thread first (it may use the workers) */
     al_http_stop(a->http);
     ag_hb_stop(a);
     ag_net_stop(a);
@@ -245,6 +249,8 @@ static void teardown(agent *a) {
     al_outer_free(&a->outer);
     al_outer_free(&a->cand);
     al_outer_free(&a->pulled);
+    al_outer_free(&a->eager);
+    free(a->from);
     if (a->pol) al_policy_free(a->pol);
     free(a->delta);
     free(a->dbar);
@@ -321,6 +327,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     }
     double eval = NAN;
     if (rc == 0) rc = ag_drive(a, &eval, err);
+    ag_bg_discard(a, 1); /* an error left an interval training: stop it before saving or freeing */
     if (rc == 0 && g_agent_stop) {
         al_logf(&a->log, AL_LOG_INFO, "site %s: signal %d, saving and stopping", c->site_name,
                 (int)g_agent_stop);

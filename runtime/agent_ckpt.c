@@ -96,6 +96,12 @@ static int write_extra(void *ctx, int i, const char *path, al_err *err) {
         a->bytes_raw, "interval", "steps", (json_int_t)a->iv.steps, "loss_sum", a->iv.loss_sum,
         "gnorm_sum", a->iv.gnorm_sum, "lr_sum", a->iv.lr_sum, "lr_sq_sum", a->iv.lr_sq_sum,
         "lr_last", a->iv.lr_last, "tokens", (json_int_t)a->iv.tokens, "compute_s", a->iv.compute_s);
+    /* overlap: θ_local (the trainer's parameters) is where interval `round`
+     * starts, with H `h` (docs/outer.md): a resumed run trains it from there */
+    if (m && a->bg_pending)
+        json_object_set_new(
+            m, "pending_interval",
+            json_pack("{s:I, s:I}", "round", (json_int_t)a->bg_round, "h", (json_int_t)a->bg_h));
     json_t *cj = counters_json(a);
     if (m && cj) json_object_update(m, cj);
     json_decref(cj);
@@ -185,6 +191,23 @@ int ag_load(agent *a, const char *path, al_err *err) {
             if (json_is_string(v) && !strcmp(a->name[k], json_string_value(v))) a->live[k] = 1;
     }
     if (rc == 0) rc = counters_load(a, m, f, err);
+    json_t *pi = json_object_get(m, "pending_interval");
+    json_int_t pr = 0, ph = 0;
+    if (rc == 0 && pi &&
+        (json_unpack(pi, "{s:I, s:I}", "round", &pr, "h", &ph) != 0 || pr != round || ph < 1))
+        rc = al_errf(err, AL_EFORMAT,
+                     "%s: pending_interval: expected {\"round\": %lld, \"h\": H >= 1}", f,
+                     (long long)round);
+    if (rc == 0 && pi && !a->overlap)
+        rc = al_errf(err, AL_EMISMATCH,
+                     "%s: saved with [outer] overlap = delayed (an interval to start from its "
+                     "own point); this configuration has none",
+                     f);
+    if (rc == 0 && pi) {
+        a->bg_pending = 1;
+        a->bg_round = (long)pr;
+        a->bg_h = (long)ph;
+    }
     json_decref(m);
     if (rc == 0 && a->workers > 1) {
         memcpy(a->odc.params, a->tr.model.params, a->P * sizeof(float));

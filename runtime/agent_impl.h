@@ -165,6 +165,27 @@ typedef struct agent {
     uint64_t stats_epoch[2][AG_MAX_SITES]; /* ... and its attempt (epoch) */
     ag_snapshot *snap;                     /* the newest published state (NULL before the first) */
     ag_interval iv;                        /* the interval in progress (saved in checkpoints) */
+    long iv_h;                             /* the H that interval ran with */
+    /* [outer] overlap = delayed (agent_overlap.c): interval r + 1 trains on a
+     * thread of its own while the driver exchanges and votes round r. While
+     * bg_running the thread owns θ_local, the trainer (or the workers) and
+     * bg_iv; the driver touches none of them until ag_bg_join. */
+    int overlap;         /* 1: delayed */
+    float *from;         /* P floats: where the interval being trained (or pending) started */
+    al_outer eager;      /* scratch for the eager start (al_commit_eager) */
+    pthread_t bg_thread; /* trains interval bg_round */
+    int bg_running;      /* started and not joined */
+    int bg_pending;      /* θ_local is interval bg_round's start, not trained yet: trained
+                          * after the commit (a checkpoint or a stop came first) */
+    long bg_round, bg_h; /* the interval's round and H */
+    long bg_step;        /* its step counter (a->step when it started) */
+    int bg_threads;      /* the driver's kernel threads (OpenMP's count is per thread) */
+    ag_interval bg_iv;   /* its statistics */
+    int bg_rc;           /* its result, and why */
+    al_err bg_err;
+    int bg_done; /* finished (under mu), at bg_t_end */
+    double bg_t_end;
+    volatile int bg_cancel; /* stop after the current step (W = 1) */
     /* fault injection for tests (env AL_FAULT=interval:R or stats:R): die by
      * SIGKILL halfway through round R's interval, or right after sending
      * round R's statistics (in the middle of the sync) */
@@ -282,6 +303,26 @@ int ag_drive(agent *a, double *eval, al_err *err);
 int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err);
 /* θ_local: the trainer's parameters (W = 1) or the workers' shared ones. */
 float *ag_theta_local(agent *a);
+
+/* agent_overlap.c: the interval's training, inline or on its own thread */
+/* Train interval `round` until iv has h steps (or the budget ends), advancing
+ * *step; the AL_FAULT hooks of that round fire halfway through. */
+int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, al_err *err);
+/* θ_local := θ_global and the trainer's step counters follow a->step. */
+void ag_local_from_global(agent *a);
+/* Start training interval `round` with H h on its own thread, from θ_local
+ * (copied into a->from) and a->step. */
+int ag_bg_start(agent *a, long round, long h, al_err *err);
+/* Wait for it: a->iv, a->iv_h and a->step take its results; its error if any. */
+int ag_bg_join(agent *a, al_err *err);
+/* Stop it after its current step and drop what it trained. keep_start: θ_local
+ * goes back to where it started and stays pending (a stop, the end); else
+ * nothing is pending (the caller resets θ_local). */
+void ag_bg_discard(agent *a, int keep_start);
+/* Is the thread's interval over (it may still need joining)? */
+int ag_bg_finished(agent *a, double *t_end);
+/* AL_FAULT=corrupt:R: flip a bit of θ_global and of its published copy. */
+void ag_corrupt(agent *a);
 
 /* agent_ckpt.c: checkpoints (the trainer's, plus outer.bin and agent.json) */
 int ag_save(agent *a, al_err *err);

@@ -43,78 +43,6 @@ int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *e
     return 0;
 }
 
-/* AL_FAULT=corrupt:R (tests): flip a bit of θ_global and of its published
- * copy, as a memory or disk fault would; the state machine is to notice at
- * the interval's end (θ_global no longer hashes to the committed base) and
- * repair it from a peer. Once. */
-static void corrupt(agent *a) {
-    a->fault_corrupt = -1;
-    ((uint8_t *)a->outer.theta)[1] ^= 0x10;
-    pthread_mutex_lock(&a->mu);
-    if (a->snap && a->snap->outer_len > 100) a->snap->outer[a->snap->outer_len / 2] ^= 0x10;
-    pthread_mutex_unlock(&a->mu);
-    al_logf(&a->log, AL_LOG_WARN, "site %s: AL_FAULT corrupt: flipped a bit of theta_global",
-            a->name[a->self]);
-}
-
-/* Train until the interval has h steps (or the budget ends). A signal does
- * not cut the interval short: the agent finishes the round with its peers and
- * stops at the round's end, so that sites stopped together stop at the same
- * round and resume bit-for-bit (stopping mid-interval let a peer that had
- * already reached the exchange drop this site and go on alone). */
-static int run_interval(agent *a, long h, al_err *err) {
-    long target = AL_MIN(h, a->cfg->inner_steps - (a->step - a->iv.steps));
-    if (a->workers == 1) {
-        int told = 0;
-        while (a->iv.steps < target) {
-            if (*a->stop && !told++)
-                al_logf(&a->log, AL_LOG_INFO,
-                        "site %s: signal %d: finishing round %ld (%ld of %ld steps done), then "
-                        "saving",
-                        a->name[a->self], (int)*a->stop, a->round, a->iv.steps, target);
-            if (a->round == a->fault_interval && a->iv.steps == target / 2) raise(SIGKILL);
-            if (a->round == a->fault_freeze && a->iv.steps == target / 2) raise(SIGSTOP);
-            if (a->round == a->fault_corrupt && a->iv.steps == target / 2) corrupt(a);
-            al_step_stats st;
-            int rc = al_trainer_step(&a->tr, &st, err);
-            if (rc) return rc;
-            a->iv.steps++;
-            a->step++;
-            a->iv.loss_sum += st.loss;
-            a->iv.gnorm_sum += st.grad_norm;
-            a->iv.lr_sum += st.lr;
-            a->iv.lr_sq_sum += st.lr * st.lr;
-            a->iv.lr_last = st.lr;
-            a->iv.tokens += st.tokens;
-            a->iv.compute_s += st.seconds;
-        }
-        return 0;
-    }
-    if (a->round == a->fault_corrupt) corrupt(a);
-    double t0 = al_now();
-    long first = a->odc.step + 1, n = target - a->iv.steps;
-    int rc = al_odc_run(&a->odc, n, err);
-    if (rc) return rc;
-    for (long s = first; s < first + n; s++) {
-        const al_odc_step_stats *st = al_odc_stats(&a->odc, s);
-        if (!st) return al_errf(err, AL_EINVAL, "step %ld: statistics not recorded", s);
-        a->iv.loss_sum += st->loss;
-        a->iv.gnorm_sum += st->grad_norm;
-        a->iv.lr_sum += st->lr;
-        a->iv.lr_sq_sum += st->lr * st->lr;
-        a->iv.lr_last = st->lr;
-        a->iv.tokens += st->tokens;
-    }
-    a->iv.steps += n;
-    a->step += n;
-    a->iv.compute_s += al_now() - t0;
-    return 0;
-}
-
-float *ag_theta_local(agent *a) {
-    return a->workers == 1 ? a->tr.model.params : a->odc.params;
-}
-
 /* ---- hashes and statuses -------------------------------------------------------------- */
 
 static void hash_of(const al_outer *o, al_round_hash *h) {
@@ -288,14 +216,6 @@ static void outer_swap(al_outer *x, al_outer *y) {
     *y = t;
 }
 
-/* θ_local := θ_global and the step counters follow a->step (after a commit
- * the trainer goes on from there; after a pull or a reload too). */
-static void local_from_global(agent *a) {
-    memcpy(ag_theta_local(a), a->outer.theta, a->P * sizeof(float));
-    a->tr.step = a->step;
-    if (a->workers > 1) a->odc.step = a->step;
-}
-
 /* A new round begins here: its receive window, and the state peers pull. */
 static int enter_round(agent *a, al_err *err) {
     memset(&a->iv, 0, sizeof a->iv);
@@ -313,7 +233,9 @@ static int enter_round(agent *a, al_err *err) {
  * commit, wait only for the peers to see it. */
 static void check_finished(agent *a) {
     if (a->finished) return;
-    if (a->step >= a->cfg->inner_steps || *a->stop) {
+    /* overlap: a signal during interval r + 1 finishes it and round r + 1 too
+     * (next_interval then starts nothing), as blocking finishes the round */
+    if (a->step >= a->cfg->inner_steps || (*a->stop && !a->bg_running)) {
         a->finished = 1;
         a->linger_until = al_now() + a->cfg->round_deadline_s;
     }
@@ -321,26 +243,70 @@ static void check_finished(agent *a) {
 
 /* ---- the actions ---------------------------------------------------------------------- */
 
-/* AL_ACT_TRAIN: the interval of round a->round, then Δ = θ_global − θ_local
- * and this site's statistics; INTERVAL_DONE carries θ_global's hash, which
- * the machine checks against the committed base. */
+/* Overlap: is a checkpoint due when round r + 1 begins (do_apply saves it)? */
+static int ckpt_due(const agent *a, long next_round) {
+    return a->cfg->checkpoint_every > 0 && next_round % a->cfg->checkpoint_every == 0;
+}
+
+/* Overlap, after interval r: interval r + 1 starts at the eager estimate of
+ * θ_{r+1} with the H the last decision set (round r's decides H_{r+2}), on
+ * its own thread at once, or after round r's commit when a checkpoint is due
+ * then or a signal came (the checkpoint holds that start: a resumed run
+ * trains the same interval from the same point). Nothing when the budget is
+ * spent. */
+static int next_interval(agent *a, al_err *err) {
+    if (a->step >= a->cfg->inner_steps) return 0;
+    double s_r = a->progress_lr ? a->iv.lr_sum : (double)a->iv.steps;
+    int rc = al_commit_eager(&a->eager, &a->outer, a->delta, s_r, ag_theta_local(a), err);
+    if (rc) return al_err_prefix(err, "round %ld: the eager start", a->round);
+    if (*a->stop || ckpt_due(a, a->round + 1)) {
+        a->bg_pending = 1;
+        a->bg_round = a->round + 1;
+        a->bg_h = a->h;
+        return 0;
+    }
+    return ag_bg_start(a, a->round + 1, a->h, err);
+}
+
+/* AL_ACT_TRAIN: the interval of round a->round, then Δ and this site's
+ * statistics; INTERVAL_DONE carries θ_global's hash, which the machine checks
+ * against the committed base. Blocking: the interval runs here from θ_global
+ * and Δ = θ_global − θ_local. Overlap: it ran beside round r − 1 (joined here)
+ * or runs here from where it was to start, Δ = its start − its end
+ * (al_commit_merge), and interval r + 1 starts (next_interval). */
 static int do_train(agent *a, al_err *err) {
     if (a->finished) return 0;
     if (a->mine_round == a->round) { /* trained already (a reload): again, from θ_global */
         al_logf(&a->log, AL_LOG_INFO, "site %s: round %ld: training the interval again",
                 a->name[a->self], a->round);
+        ag_bg_discard(a, 0);
         a->step = a->step0;
         memset(&a->iv, 0, sizeof a->iv);
-        local_from_global(a);
+        ag_local_from_global(a);
     }
     a->t_round0 = al_now();
-    int rc = run_interval(a, a->h, err);
+    int rc = 0;
+    if (a->overlap && a->round == a->fault_corrupt) ag_corrupt(a); /* the driver's, see there */
+    if (a->bg_running && a->bg_round == a->round) {
+        rc = ag_bg_join(a, err);
+    } else {
+        ag_bg_discard(a, 0); /* none, or of another round (not expected) */
+        long h = a->h;
+        if (a->bg_pending && a->bg_round == a->round) h = a->bg_h;
+        a->bg_pending = 0;
+        memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
+        a->iv_h = h;
+        rc = ag_interval_run(a, a->round, h, &a->iv, &a->step, err);
+    }
     if (rc) return rc;
     a->t_train_end = al_now();
     al_metrics_add(&a->met, AL_M_COMPUTE_S, a->iv.compute_s);
     double dsq = 0;
-    if ((rc = al_pseudo_grad(a->delta, a->outer.theta, ag_theta_local(a), a->P, &dsq, err)))
-        return rc;
+    rc = a->overlap ? al_commit_merge(ag_theta_local(a), a->from, a->outer.theta, a->P, a->delta,
+                                      &dsq, err)
+                    : al_pseudo_grad(a->delta, a->outer.theta, ag_theta_local(a), a->P, &dsq, err);
+    if (rc) return rc;
+    if (a->overlap && (rc = next_interval(a, err))) return rc;
     if (a->fault_poison != 0) { /* test hook: a poisoning member (it reports its norm) */
         for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_poison;
         dsq = a->fault_poison * a->fault_poison * (double)a->P;
@@ -491,8 +457,20 @@ static int agreeing(const agent *a, const al_round_action *act) {
 
 /* The eval loss of θ_global (with W > 1 the trainer only carries it), into the metrics. */
 static int eval_global(agent *a, double *eval, al_err *err) {
-    if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
-    int rc = al_trainer_eval(&a->tr, (int)a->cfg->inner_eval_batches, eval, err);
+    int rc, batches = (int)a->cfg->inner_eval_batches;
+    if (a->workers == 1 && a->bg_running) /* the trainer is the thread's: a model of its own */
+        rc = al_eval_params(&a->mc, a->outer.theta, &a->o, &a->val, batches, eval, err);
+    else {
+        if (a->workers > 1)
+            memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
+        else if (a->bg_pending) /* θ_local is the next interval's start: keep it */
+            memcpy(a->from, a->tr.model.params, a->P * sizeof(float));
+        if (a->workers == 1 && a->bg_pending)
+            memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
+        rc = al_trainer_eval(&a->tr, batches, eval, err);
+        if (a->workers == 1 && a->bg_pending)
+            memcpy(a->tr.model.params, a->from, a->P * sizeof(float));
+    }
     if (rc == 0) al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
     return rc;
 }
@@ -509,9 +487,10 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     outer_swap(&a->outer, &a->cand);
     a->have_cand = 0;
     long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
-    local_from_global(a);
+    /* overlap: θ_local is the next interval's, training or about to */
+    if (!a->bg_running && !a->bg_pending) ag_local_from_global(a);
     const al_commit_decision *d = &a->cand_d;
-    long h_run = a->h;
+    long h_run = a->iv_h;
     int M = a->cand_M;
     const int *members = a->cand_mem;
     if (a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h_run;
@@ -531,6 +510,14 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
         al_metrics_peer_up(&a->met, a->name[i], a->live[i]);
     }
     double t_comm = a->t_comm_end > a->t_train_end ? a->t_comm_end - a->t_train_end : 0;
+    /* overlap: the round's exchange and vote ran beside the next interval,
+     * hidden while that interval was still training */
+    double hidden = 0, t_bg_end = 0, t_commit = al_now();
+    if (a->bg_running)
+        hidden = ag_bg_finished(a, &t_bg_end)
+                     ? AL_MAX(0.0, AL_MIN(t_bg_end, t_commit) - a->t_train_end)
+                     : t_commit - a->t_train_end;
+    hidden = AL_MIN(hidden, t_comm);
     double sent = count_bytes(a, t_comm);
     al_metrics_set(&a->met, AL_M_BYTES_RAW, a->bytes_raw);
     al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
@@ -544,6 +531,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     al_metrics_set(&a->met, AL_M_OUTER_LR_SCALE, a->outer.last.scale);
     al_metrics_set(&a->met, AL_M_OUTER_MU, a->outer.last.mu);
     al_metrics_add(&a->met, AL_M_COMM_S, t_comm);
+    al_metrics_add(&a->met, AL_M_COMM_HIDDEN_S, hidden);
     al_metrics_set(&a->met, AL_M_MEMBERS, M);
     al_metrics_round_duration(&a->met, al_now() - a->t_round0);
     double ev = NAN; /* this round's evaluation, if it has one */
@@ -580,6 +568,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     pthread_mutex_unlock(&a->met.lock);
     rec.compute_s = a->iv.compute_s;
     rec.comm_s = t_comm;
+    rec.hidden_s = hidden;
     rec.wait_s = 0;
     rec.policy_comm_s = d->rs.comm_s;
     rec.policy_compute_s = d->rs.compute_s;
@@ -603,8 +592,12 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     a->round++;
     if ((rc = enter_round(a, err))) return rc;
     check_finished(a);
-    if (!a->finished && a->cfg->checkpoint_every > 0 && a->round % a->cfg->checkpoint_every == 0)
-        return ag_save(a, err);
+    if (!a->finished && a->cfg->checkpoint_every > 0 && a->round % a->cfg->checkpoint_every == 0 &&
+        !a->bg_running && (rc = ag_save(a, err)))
+        return rc;
+    /* overlap: the interval that waited for this commit (a checkpoint) */
+    if (a->bg_pending && !a->finished && a->bg_round == a->round)
+        return ag_bg_start(a, a->round, a->bg_h, err);
     return 0;
 }
 
@@ -649,6 +642,7 @@ static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
                 a->name[a->self], trained, a->round);
     int rc = al_policy_load(a->pol, a->pulled_policy, err);
     if (rc) return al_err_prefix(err, "the state from %s", a->name[a->pulled_from]);
+    ag_bg_discard(a, 0); /* overlap: the interval beside the round is void too */
     outer_swap(&a->outer, &a->pulled);
     a->have_pulled = 0;
     long before = a->round;
@@ -656,7 +650,7 @@ static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
     a->step = a->pulled_step;
     a->h = a->pulled_h;
     if (a->round != before) a->have_cand = 0;
-    local_from_global(a);
+    ag_local_from_global(a);
     al_logf(&a->log, AL_LOG_INFO, "site %s: joined at round %ld, step %ld (state from %s)",
             a->name[a->self], a->round, a->step, a->name[a->pulled_from]);
     ag_event(a, "join", a->name[a->self]);
@@ -683,9 +677,10 @@ static void do_reload(agent *a) {
                   : al_errf(&e, AL_ENOMEM, "no published copy");
     free(copy);
     if (rc == 0) {
+        ag_bg_discard(a, 0);
         outer_swap(&a->outer, &a->pulled);
         hash_of(&a->outer, &ev.hash);
-        local_from_global(a);
+        ag_local_from_global(a);
     } else {
         al_logf(&a->log, AL_LOG_WARN,
                 "site %s: the published copy of theta_global is damaged too: "
@@ -872,11 +867,14 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         if (*a->stop && !a->finished) {
             /* a signal: finish the round in progress with the peers, unless
              * none is (joining, pulling, reloading) or it does not end */
-            if (stop_by == 0)
+            /* (overlap: the deadline counts from the interval's end, as blocking) */
+            if (stop_by == 0 && !a->bg_running)
                 stop_by = now + 2 * a->cfg->round_deadline_s + a->cfg->round_peer_timeout_s;
             al_round_phase ph = a->rm.phase;
-            if (ph == AL_PH_JOIN || ph == AL_PH_SYNC || ph == AL_PH_RELOAD || now > stop_by ||
-                (ph == AL_PH_TRAIN && a->mine_round != a->round && a->iv.steps == 0))
+            if (ph == AL_PH_JOIN || ph == AL_PH_SYNC || ph == AL_PH_RELOAD ||
+                (stop_by > 0 && now > stop_by) ||
+                (ph == AL_PH_TRAIN && a->mine_round != a->round && a->iv.steps == 0 &&
+                 !a->bg_running))
                 break;
         }
         if ((rc = feed_inbox(a, err))) return rc;
@@ -903,6 +901,9 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         pthread_mutex_unlock(&a->mu);
     }
+    /* overlap: an interval still training (a stop in a join or a pull) stops
+     * and goes back to its start, which the checkpoint keeps */
+    ag_bg_discard(a, 1);
     /* the bytes since the last commit (statistics and pulls of the last round,
      * the linger), so that the senders' totals equal the receivers' */
     count_bytes(a, 0);

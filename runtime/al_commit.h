@@ -122,4 +122,13 @@ const char *al_overlap_name(al_overlap o);
 int al_commit_merge(float *theta_local, const float *theta_from, const float *theta_global,
                     size_t n, float *delta, double *delta_sq, al_err *err);
 
+/* The eager start of the next interval (overlap delayed): the outer step this
+ * site would take with its own Δ^m in place of Δ̄,
+ *     out = OuterStep(o's θ and momentum; delta, s_r)
+ * taken on `scratch` (initialised here on first use, then reused; free it
+ * with al_outer_free), so `o` is untouched. s_r: the interval's progress (Σ η
+ * or its steps). The simulator and the agent both start there. */
+int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, double s_r,
+                    float *out, al_err *err);
+
 #endif

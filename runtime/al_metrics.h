@@ -29,6 +29,8 @@
     X(OUTER_MU, "autoloco_outer_momentum_mu", gauge, "momentum decay mu_r of the last outer step") \
     X(COMPUTE_S, "autoloco_compute_seconds_total", counter, "seconds spent in inner training")     \
     X(COMM_S, "autoloco_communication_seconds_total", counter, "seconds spent exchanging shards")  \
+    X(COMM_HIDDEN_S, "autoloco_communication_hidden_seconds_total", counter,                       \
+      "seconds of communication that ran beside the next interval's training ([outer] overlap)")   \
     X(WAIT_S, "autoloco_wait_seconds_total", counter, "seconds spent waiting for peers")           \
     X(MEMBERS, "autoloco_members", gauge, "sites in the current membership")                       \
     X(CKPT_AGE, "autoloco_checkpoint_age_seconds", gauge, "seconds since the last checkpoint")     \
@@ -66,6 +68,7 @@ typedef struct al_round_record {
     double bytes_sent, bytes_recv, bytes_raw, bytes_diloco, bytes_ddp; /* cumulative */
     double syncs_diloco;                                               /* cumulative */
     double compute_s, comm_s, wait_s;                                  /* this round */
+    double hidden_s; /* of comm_s, what ran beside the next interval's training */
     /* what the policy's bandwidth floor saw (al_policy_comm_floor): the round's
      * statistics' exchange and compute seconds (max over members) and the floor */
     double policy_comm_s, policy_compute_s, comm_floor;

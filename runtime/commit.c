@@ -169,3 +169,18 @@ int al_commit_merge(float *theta_local, const float *theta_from, const float *th
     *delta_sq = sq;
     return 0;
 }
+
+int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, double s_r,
+                    float *out, al_err *err) {
+    if (scratch->n != o->n) {
+        al_outer_free(scratch);
+        int rc = al_outer_init(scratch, &o->cfg, o->theta, o->n, err);
+        if (rc) return rc;
+    }
+    memcpy(scratch->theta, o->theta, o->n * sizeof(float));
+    memcpy(scratch->mom, o->mom, o->n * sizeof(float));
+    scratch->steps = o->steps;
+    int rc = al_outer_step(scratch, delta, s_r, err);
+    if (rc == 0) memcpy(out, scratch->theta, o->n * sizeof(float));
+    return rc;
+}

@@ -239,19 +239,8 @@ static int run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al
  * outer step this site would take with its own Δ^m_r for Δ̄_r (the "eager"
  * estimate of θ_{r+1}: docs/outer.md). The committed state is untouched. */
 static int eager_start(sim *s, int m, const al_site_stats *st, al_err *err) {
-    const al_outer *o = &s->outer[m];
-    if (s->eager.n != o->n) {
-        al_outer_free(&s->eager);
-        int rc = al_outer_init(&s->eager, &o->cfg, o->theta, o->n, err);
-        if (rc) return rc;
-    }
-    memcpy(s->eager.theta, o->theta, o->n * sizeof(float));
-    memcpy(s->eager.mom, o->mom, o->n * sizeof(float));
-    s->eager.steps = o->steps;
     double s_r = s->o->progress == AL_SIM_PROGRESS_LR ? st->lr_sum : (double)st->steps;
-    int rc = al_outer_step(&s->eager, s->delta[m], s_r, err);
-    if (rc == 0) memcpy(s->tr[m].model.params, s->eager.theta, o->n * sizeof(float));
-    return rc;
+    return al_commit_eager(&s->eager, &s->outer[m], s->delta[m], s_r, s->tr[m].model.params, err);
 }
 
 /* One round of the outer loop, as the agents do it (al_commit.h): each site's

@@ -1,0 +1,176 @@
+/* agent_overlap.c -- a site's interval of inner training, run inline
+ * (blocking rounds, DiLoCo) or on a thread of its own beside the round's
+ * exchange ([outer] overlap = delayed: docs/outer.md, "Overlapping the
+ * exchange with compute").
+ *
+ * With overlap the driver (agent_round.c) starts interval r + 1 right after
+ * interval r ends, from the eager estimate of θ_{r+1} (al_commit_eager), and
+ * exchanges and votes round r meanwhile. Ownership is handed over, never
+ * shared: from ag_bg_start to ag_bg_join the thread alone touches θ_local,
+ * the trainer (or the workers and their data source) and bg_iv; the driver
+ * keeps θ_global, the outer state and the round. */
+#include "agent_impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* AL_FAULT=corrupt:R (tests): flip a bit of θ_global and of its published
+ * copy, as a memory or disk fault would; the state machine is to notice at
+ * the interval's end (θ_global no longer hashes to the committed base) and
+ * repair it from a peer. Once. With overlap the driver calls it (θ_global is
+ * the driver's), when interval R ends. */
+void ag_corrupt(agent *a) {
+    a->fault_corrupt = -1;
+    ((uint8_t *)a->outer.theta)[1] ^= 0x10;
+    pthread_mutex_lock(&a->mu);
+    if (a->snap && a->snap->outer_len > 100) a->snap->outer[a->snap->outer_len / 2] ^= 0x10;
+    pthread_mutex_unlock(&a->mu);
+    al_logf(&a->log, AL_LOG_WARN, "site %s: AL_FAULT corrupt: flipped a bit of theta_global",
+            a->name[a->self]);
+}
+
+float *ag_theta_local(agent *a) {
+    return a->workers == 1 ? a->tr.model.params : a->odc.params;
+}
+
+void ag_local_from_global(agent *a) {
+    memcpy(ag_theta_local(a), a->outer.theta, a->P * sizeof(float));
+    a->tr.step = a->step;
+    if (a->workers > 1) a->odc.step = a->step;
+}
+
+/* A signal does not cut the interval short: the agent finishes the round with
+ * its peers and stops at the round's end, so that sites stopped together stop
+ * at the same round and resume bit-for-bit (stopping mid-interval let a peer
+ * that had already reached the exchange drop this site and go on alone). */
+int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, al_err *err) {
+    long target = AL_MIN(h, a->cfg->inner_steps - (*step - iv->steps));
+    int inline_faults = !a->overlap; /* with overlap, corrupt is the driver's (see above) */
+    if (a->workers == 1) {
+        int told = 0;
+        while (iv->steps < target && !a->bg_cancel) {
+            if (*a->stop && !told++)
+                al_logf(&a->log, AL_LOG_INFO,
+                        "site %s: signal %d: finishing round %ld (%ld of %ld steps done), then "
+                        "saving",
+                        a->name[a->self], (int)*a->stop, round, iv->steps, target);
+            if (round == a->fault_interval && iv->steps == target / 2) raise(SIGKILL);
+            if (round == a->fault_freeze && iv->steps == target / 2) raise(SIGSTOP);
+            if (inline_faults && round == a->fault_corrupt && iv->steps == target / 2)
+                ag_corrupt(a);
+            al_step_stats st;
+            int rc = al_trainer_step(&a->tr, &st, err);
+            if (rc) return rc;
+            iv->steps++;
+            (*step)++;
+            iv->loss_sum += st.loss;
+            iv->gnorm_sum += st.grad_norm;
+            iv->lr_sum += st.lr;
+            iv->lr_sq_sum += st.lr * st.lr;
+            iv->lr_last = st.lr;
+            iv->tokens += st.tokens;
+            iv->compute_s += st.seconds;
+        }
+        return 0;
+    }
+    if (inline_faults && round == a->fault_corrupt) ag_corrupt(a);
+    double t0 = al_now();
+    long first = a->odc.step + 1, n = target - iv->steps;
+    int rc = al_odc_run(&a->odc, n, err);
+    if (rc) return rc;
+    for (long s = first; s < first + n; s++) {
+        const al_odc_step_stats *st = al_odc_stats(&a->odc, s);
+        if (!st) return al_errf(err, AL_EINVAL, "step %ld: statistics not recorded", s);
+        iv->loss_sum += st->loss;
+        iv->gnorm_sum += st->grad_norm;
+        iv->lr_sum += st->lr;
+        iv->lr_sq_sum += st->lr * st->lr;
+        iv->lr_last = st->lr;
+        iv->tokens += st->tokens;
+    }
+    iv->steps += n;
+    *step += n;
+    iv->compute_s += al_now() - t0;
+    return 0;
+}
+
+/* ---- the interval on its own thread ---------------------------------------------------- */
+
+static void *bg_main(void *arg) {
+    agent *a = arg;
+    al_err e = {0};
+    /* the same reductions as the driver's thread, so a site trains the same
+     * numbers with or without overlap (OpenMP's thread count is per thread) */
+    al_threads_set(a->bg_threads);
+    int rc = ag_interval_run(a, a->bg_round, a->bg_h, &a->bg_iv, &a->bg_step, &e);
+    pthread_mutex_lock(&a->mu);
+    a->bg_rc = rc;
+    a->bg_err = e;
+    a->bg_done = 1;
+    a->bg_t_end = al_now();
+    pthread_cond_broadcast(&a->cv); /* the driver may be waiting for work */
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+int ag_bg_start(agent *a, long round, long h, al_err *err) {
+    memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
+    a->tr.step = a->step;
+    if (a->workers > 1) a->odc.step = a->step;
+    memset(&a->bg_iv, 0, sizeof a->bg_iv);
+    a->bg_round = round;
+    a->bg_h = h;
+    a->bg_step = a->step;
+    a->bg_rc = 0;
+    a->bg_done = 0;
+    a->bg_cancel = 0;
+    a->bg_pending = 0;
+    a->bg_threads = al_threads_get();
+    int e = pthread_create(&a->bg_thread, NULL, bg_main, a);
+    if (e)
+        return al_errf(err, AL_EIO, "round %ld: cannot start the training thread (error %d)", round,
+                       e);
+    a->bg_running = 1;
+    return 0;
+}
+
+int ag_bg_join(agent *a, al_err *err) {
+    if (!a->bg_running) return 0;
+    pthread_join(a->bg_thread, NULL);
+    a->bg_running = 0;
+    if (a->bg_rc) {
+        *err = a->bg_err;
+        return a->bg_rc;
+    }
+    a->iv = a->bg_iv;
+    a->iv_h = a->bg_h;
+    a->step = a->bg_step;
+    return 0;
+}
+
+void ag_bg_discard(agent *a, int keep_start) {
+    if (a->bg_running) {
+        a->bg_cancel = 1;
+        pthread_join(a->bg_thread, NULL);
+        a->bg_running = 0;
+        a->bg_cancel = 0;
+        if (a->bg_iv.steps > 0)
+            al_logf(&a->log, AL_LOG_INFO,
+                    "site %s: dropping %ld inner steps of interval %ld (trained beside the "
+                    "exchange)",
+                    a->name[a->self], a->bg_iv.steps, a->bg_round);
+        if (keep_start) {
+            memcpy(ag_theta_local(a), a->from, a->P * sizeof(float));
+            a->bg_pending = 1;
+        }
+    }
+    if (!keep_start) a->bg_pending = 0;
+}
+
+int ag_bg_finished(agent *a, double *t_end) {
+    pthread_mutex_lock(&a->mu);
+    int done = a->bg_done;
+    *t_end = a->bg_t_end;
+    pthread_mutex_unlock(&a->mu);
+    return !a->bg_running || done;
+}
