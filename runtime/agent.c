@@ -279,6 +279,16 @@ static void write_summary(agent *a, double eval) {
                   "bytes_diloco_equiv", v[AL_M_BYTES_DILOCO], "bytes_ddp_equiv", v[AL_M_BYTES_DDP],
                   "workers", a->workers, "dashboard_port", a->http ? al_http_port(a->http) : 0);
     json_object_set_new(m, "final_eval_loss", isfinite(eval) ? json_real(eval) : json_null());
+    /* the time this process spent from its first interval to its last commit,
+     * and in it: training, the rounds' exchanges, and of those what ran beside
+     * training ([outer] overlap); `bench overlap` reads them */
+    json_object_set_new(m, "overlap", json_string(a->overlap ? "delayed" : "none"));
+    json_object_set_new(
+        m, "train_wall_s",
+        json_real(a->t_last_commit > a->t_first_train ? a->t_last_commit - a->t_first_train : 0));
+    json_object_set_new(m, "compute_s", json_real(v[AL_M_COMPUTE_S]));
+    json_object_set_new(m, "comm_s", json_real(v[AL_M_COMM_S]));
+    json_object_set_new(m, "comm_hidden_s", json_real(v[AL_M_COMM_HIDDEN_S]));
     char *js = json_dumps(m, JSON_INDENT(2));
     json_decref(m);
     if (js) al_write_file_sync(path, js, strlen(js), NULL);

@@ -116,6 +116,7 @@ typedef struct agent {
     long step0;                               /* a->step when this round's interval began */
     double t_round0, t_train_end, t_comm_end; /* this round's clock: start, interval, exchange */
     double t0;                                /* al_now() at the start: the debug trace's clock */
+    double t_first_train, t_last_commit;      /* the run's training wall time (summary.json) */
     int shook[AG_MAX_SITES];                  /* handshake (config check) done with the peer */
     long fed_round[AG_MAX_SITES];             /* statistics fed to the machine: (round, epoch) */
     uint64_t fed_epoch[AG_MAX_SITES];

@@ -285,6 +285,7 @@ static int do_train(agent *a, al_err *err) {
         ag_local_from_global(a);
     }
     a->t_round0 = al_now();
+    if (a->t_first_train == 0) a->t_first_train = a->t_round0;
     int rc = 0;
     if (a->overlap && a->round == a->fault_corrupt) ag_corrupt(a); /* the driver's, see there */
     if (a->bg_running && a->bg_round == a->round) {
@@ -294,7 +295,7 @@ static int do_train(agent *a, al_err *err) {
         long h = a->h;
         if (a->bg_pending && a->bg_round == a->round) h = a->bg_h;
         a->bg_pending = 0;
-        memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
+        if (a->overlap) memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
         a->iv_h = h;
         rc = ag_interval_run(a, a->round, h, &a->iv, &a->step, err);
     }
@@ -513,6 +514,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     /* overlap: the round's exchange and vote ran beside the next interval,
      * hidden while that interval was still training */
     double hidden = 0, t_bg_end = 0, t_commit = al_now();
+    a->t_last_commit = t_commit;
     if (a->bg_running)
         hidden = ag_bg_finished(a, &t_bg_end)
                      ? AL_MAX(0.0, AL_MIN(t_bg_end, t_commit) - a->t_train_end)

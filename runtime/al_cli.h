@@ -27,7 +27,7 @@
     X("export", al_cmd_export, "write a checkpoint in Hugging Face GPT-2 layout: --format hf")     \
     X("import", al_cmd_import, "a Hugging Face GPT-2 folder into a checkpoint: --format hf")       \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
-    X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport")                              \
+    X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport|gpu|overlap")                  \
     X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \
     X("certs", al_cmd_certs, "create a run's CA and per-site mTLS keys and certificates")          \
     X("wanem", al_cmd_wanem, "WAN emulator: a TCP proxy with rate, latency, scheduled cuts")       \
@@ -39,7 +39,9 @@
     X("transport", al_bench_transport, "cross-site link: mTLS vs insecure MB/s, codecs")           \
     X("odc", al_bench_odc,                                                                         \
       "ODC vs the FSDP baseline over W worker processes (--simulate: W=8..64)")                    \
-    X("gpu", al_bench_gpu, "training steps on the GPU: tokens/s and TFLOP/s, small and gpt2-124m")
+    X("gpu", al_bench_gpu, "training steps on the GPU: tokens/s and TFLOP/s, small and gpt2-124m") \
+    X("overlap", al_bench_overlap,                                                                 \
+      "agents over a slow link: blocking vs [outer] overlap = delayed, hidden communication")
 
 #define AL_CMD_DECL(name, fn, summary) int fn(int argc, char **argv, al_err *err);
 AL_COMMANDS(AL_CMD_DECL)
@@ -68,6 +70,15 @@ int al_cli_sample(const char *ckpt, int tokens, double temperature, int top_k, u
 /* Make s valid UTF-8 in place, for JSON (a sampled byte sequence may cut a
  * character: then every byte >= 0x80 becomes '?'); returns s. */
 char *al_cli_utf8(char *s);
+
+/* What `autoloco demo` and `bench overlap` share: a free TCP port on
+ * 127.0.0.1 (the kernel's choice, released again; -1: none); an agent process
+ * (this executable, `agent -c cfg`, stdout and stderr into log; -1 and a
+ * message on failure); the bundled corpus's token files (data/fortunes of
+ * the setup, or /usr/share/games/fortunes tokenized into dir/data). */
+int al_cli_free_port(void);
+int al_cli_spawn_agent(const char *cfg, const char *log, al_err *err);
+int al_cli_corpus(const char *dir, char *train, size_t ntrain, char *val, size_t nval, al_err *err);
 
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */
 int al_cli_int(const char *flag, const char *s, long lo, long hi, long *out, al_err *err);

@@ -63,8 +63,7 @@ static void demo_usage(FILE *f) {
             DEMO_MAX);
 }
 
-/* A free TCP port on 127.0.0.1 (the kernel's choice, released again). */
-static int free_port(void) {
+int al_cli_free_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
@@ -106,10 +105,8 @@ static int write_config(const demo *d, int s, const int *grpc, const int *dash, 
     return fclose(f) == 0 ? 0 : al_errf(err, AL_EIO, "%s: write failed", path);
 }
 
-static pid_t spawn(const demo *d, int s, al_err *err) {
-    char cfg[1200], log[1200], self[1024];
-    snprintf(cfg, sizeof cfg, "%s/site-%c.ini", d->dir, 'a' + s);
-    snprintf(log, sizeof log, "%s/site-%c.log", d->dir, 'a' + s);
+int al_cli_spawn_agent(const char *cfg, const char *log, al_err *err) {
+    char self[1024];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
         al_errf(err, AL_EIO, "cannot find my own executable");
@@ -127,7 +124,14 @@ static pid_t spawn(const demo *d, int s, al_err *err) {
         execl(self, self, "agent", "-c", cfg, (char *)NULL);
         _exit(127);
     }
-    return pid;
+    return (int)pid;
+}
+
+static pid_t spawn(const demo *d, int s, al_err *err) {
+    char cfg[1200], log[1200];
+    snprintf(cfg, sizeof cfg, "%s/site-%c.ini", d->dir, 'a' + s);
+    snprintf(log, sizeof log, "%s/site-%c.log", d->dir, 'a' + s);
+    return al_cli_spawn_agent(cfg, log, err);
 }
 
 /* The last line of a file (for progress), into buf. */
@@ -141,6 +145,27 @@ static void last_line(const char *path, char *buf, size_t cap) {
     fclose(f);
     size_t l = strlen(buf);
     if (l && buf[l - 1] == '\n') buf[l - 1] = '\0';
+}
+
+int al_cli_corpus(const char *dir, char *train, size_t ntrain, char *val, size_t nval,
+                  al_err *err) {
+    if (access("data/fortunes/train.bin", R_OK) == 0 &&
+        access("data/fortunes/val.bin", R_OK) == 0) {
+        char cwd[512];
+        if (!getcwd(cwd, sizeof cwd)) return al_errf(err, AL_EIO, "getcwd failed");
+        snprintf(train, ntrain, "%s/data/fortunes/train.bin", cwd);
+        snprintf(val, nval, "%s/data/fortunes/val.bin", cwd);
+        return 0;
+    }
+    char out[1100];
+    snprintf(out, sizeof out, "%s/data", dir);
+    const char *in[] = {"/usr/share/games/fortunes"};
+    al_prep_stats st;
+    int rc = al_data_prep(in, 1, AL_FMT_FORTUNE, out, 0.05, 1, &st, err);
+    if (rc) return al_err_prefix(err, "the corpus (apt-get install fortunes)");
+    snprintf(train, ntrain, "%s/train.bin", out);
+    snprintf(val, nval, "%s/val.bin", out);
+    return 0;
 }
 
 static int prepare(demo *d, al_err *err) {
@@ -157,21 +182,9 @@ static int prepare(demo *d, al_err *err) {
             return al_errf(err, AL_EINVAL, "demo: --train and --val go together");
         snprintf(d->train, sizeof d->train, "%s", d->train_in);
         snprintf(d->val, sizeof d->val, "%s", d->val_in);
-    } else if (access("data/fortunes/train.bin", R_OK) == 0 &&
-               access("data/fortunes/val.bin", R_OK) == 0) {
-        char cwd[512];
-        if (!getcwd(cwd, sizeof cwd)) return al_errf(err, AL_EIO, "getcwd failed");
-        snprintf(d->train, sizeof d->train, "%s/data/fortunes/train.bin", cwd);
-        snprintf(d->val, sizeof d->val, "%s/data/fortunes/val.bin", cwd);
     } else {
-        char out[1100];
-        snprintf(out, sizeof out, "%s/data", d->dir);
-        const char *in[] = {"/usr/share/games/fortunes"};
-        al_prep_stats st;
-        int rc = al_data_prep(in, 1, AL_FMT_FORTUNE, out, 0.05, 1, &st, err);
-        if (rc) return al_err_prefix(err, "demo corpus (apt-get install fortunes)");
-        snprintf(d->train, sizeof d->train, "%s/train.bin", out);
-        snprintf(d->val, sizeof d->val, "%s/val.bin", out);
+        int rc = al_cli_corpus(d->dir, d->train, sizeof d->train, d->val, sizeof d->val, err);
+        if (rc) return al_err_prefix(err, "demo");
     }
     char certs[1100];
     snprintf(certs, sizeof certs, "%s/certs", d->dir);
@@ -283,8 +296,8 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
     if ((rc = check_data(&d, &mc, err))) return rc;
     int grpc[DEMO_MAX], dash[DEMO_MAX];
     for (int s = 0; s < d.sites; s++) {
-        grpc[s] = free_port();
-        dash[s] = free_port();
+        grpc[s] = al_cli_free_port();
+        dash[s] = al_cli_free_port();
         if (grpc[s] <= 0 || dash[s] <= 0) return al_errf(err, AL_EIO, "no free port on 127.0.0.1");
     }
     for (int s = 0; s < d.sites; s++)

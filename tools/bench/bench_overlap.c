@@ -1,0 +1,313 @@
+/* bench_overlap.c -- `autoloco bench overlap`: how much of the WAN's time
+ * [outer] overlap = delayed hides behind training (issue 14).
+ *
+ * Real agent processes (mutual TLS on loopback), every link to a site through
+ * a wanem proxy that limits its rate, so that the blocking exchange is a large
+ * part of a round. Each repetition runs the same job twice, blocking
+ * (`overlap = none`) then overlapped (`delayed`), and reads each site's
+ * summary.json: train_wall_s (first interval to last commit), compute_s
+ * (seconds inside the intervals), comm_s and comm_hidden_s. With compute_s
+ * from the blocking run (training alone, no exchange beside it),
+ *
+ *     comm_hidden_fraction = 1 − (wall_overlap − compute)/(wall_blocking − compute)
+ *
+ * 1: the overlapped run took no longer than its compute; 0: no gain. The last
+ * exchange of a run has no interval beside it, so R rounds hide at most about
+ * (R − 1)/R of the exchange time. Medians over --runs repetitions. */
+#include "al_cli.h"
+#include "al_transport.h"
+#include "al_wanem.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define OV_MAX_SITES 3
+
+typedef struct ov_opts {
+    int sites, runs, json, batch, seq;
+    long steps, h;
+    double mbit, delay_ms;
+    const char *preset, *codec;
+    char dir[1024], train[1200], val[1200];
+} ov_opts;
+
+typedef struct ov_run {
+    double wall_s, compute_s, comm_s, hidden_s;
+    char hash[65];
+} ov_run;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: autoloco bench overlap [options]\n\n"
+               "Agents on loopback (mutual TLS) with every link through a rate-limited wanem\n"
+               "proxy: the same job blocking ([outer] overlap = none) and overlapped (delayed),\n"
+               "side by side, --runs times; prints wall_s_blocking, wall_s_overlap, compute_s and\n"
+               "comm_hidden_fraction = 1 - (wall_overlap - compute)/(wall_blocking - compute),\n"
+               "medians.\n\n"
+               "options:\n"
+               "  --sites N      2 or 3 (default 2)\n"
+               "  --preset P     model preset (default demo)\n"
+               "  --steps S      inner steps per site (default 1200)\n"
+               "  --h H          fixed sync interval (default 50)\n"
+               "  --batch B      microbatch rows (default 4)\n"
+               "  --seq T        microbatch row length (default 64)\n"
+               "  --codec C      pseudo-gradient codec (default int8)\n"
+               "  --mbit R       link rate per direction, Mbit/s (default 16)\n"
+               "  --delay-ms D   one-way delay (default 10)\n"
+               "  --runs N       repetitions (default 3)\n"
+               "  --dir DIR      work folder (default: a new one under /tmp)\n"
+               "  --json         one JSON object as the last line\n");
+}
+
+static int write_config(const ov_opts *o, int s, const int *grpc, const int *proxy,
+                        const char *mode, al_err *err) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/%s-%c.ini", o->dir, mode, 'a' + s);
+    FILE *f = fopen(path, "w");
+    if (!f) return al_errf(err, AL_EIO, "%s: cannot create", path);
+    fprintf(f, "[site]\nname = %c\nlisten = 127.0.0.1:%d\nrun_id = bench-overlap\n[peers]\n",
+            'a' + s, grpc[s]);
+    for (int p = 0; p < o->sites; p++) /* every peer through its proxy */
+        if (p != s) fprintf(f, "%c = 127.0.0.1:%d\n", 'a' + p, proxy[p]);
+    fprintf(f, "[tls]\nca = %s/certs/ca.pem\ncert = %s/certs/%c.pem\nkey = %s/certs/%c.key\n",
+            o->dir, o->dir, 'a' + s, o->dir, 'a' + s);
+    fprintf(f, "[model]\npreset = %s\n[data]\ntrain = %s\nval = %s\n", o->preset, o->train, o->val);
+    fprintf(f,
+            "[inner]\nbatch = %d\nseq = %d\nsteps = %ld\nlr = 3e-3\nwarmup = 50\nthreads = 1\n"
+            "eval_every = 0\neval_batches = 2\n",
+            o->batch, o->seq, o->steps);
+    fprintf(f, "[outer]\ncodec = %s\noverlap = %s\n[policy]\nname = fixed\nh_base = %ld\n",
+            o->codec, mode, o->h);
+    fprintf(f, "[round]\ndeadline_s = 120\n[dashboard]\nport = -1\n");
+    fprintf(f, "[checkpoint]\ndir = %s/%s-%c\nevery = 0\nkeep = 1\n", o->dir, mode, 'a' + s);
+    return fclose(f) == 0 ? 0 : al_errf(err, AL_EIO, "%s: write failed", path);
+}
+
+/* One job: the sites of `mode` to their end; the slowest site's wall time and
+ * the sums of the others' fields as the max over sites. */
+static int run_job(const ov_opts *o, const int *grpc, const int *proxy, const char *mode, ov_run *r,
+                   al_err *err) {
+    int rc = 0, pids[OV_MAX_SITES];
+    for (int s = 0; s < o->sites && rc == 0; s++) rc = write_config(o, s, grpc, proxy, mode, err);
+    if (rc) return rc;
+    int n = 0;
+    for (int s = 0; s < o->sites; s++) {
+        char cfg[1300], log[1300];
+        snprintf(cfg, sizeof cfg, "%s/%s-%c.ini", o->dir, mode, 'a' + s);
+        snprintf(log, sizeof log, "%s/%s-%c.log", o->dir, mode, 'a' + s);
+        if ((pids[s] = al_cli_spawn_agent(cfg, log, err)) < 0) {
+            for (int k = 0; k < n; k++) kill(pids[k], SIGTERM);
+            for (int k = 0; k < n; k++) waitpid(pids[k], NULL, 0);
+            return AL_EIO;
+        }
+        n++;
+    }
+    int bad = -1;
+    for (int s = 0; s < o->sites; s++) {
+        int st = 0;
+        waitpid(pids[s], &st, 0);
+        if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && bad < 0) bad = s;
+    }
+    if (bad >= 0)
+        return al_errf(err, AL_EPEER, "%s run: site %c failed (see %s/%s-%c.log)", mode, 'a' + bad,
+                       o->dir, mode, 'a' + bad);
+    memset(r, 0, sizeof *r);
+    for (int s = 0; s < o->sites; s++) {
+        char path[1300];
+        snprintf(path, sizeof path, "%s/%s-%c/summary.json", o->dir, mode, 'a' + s);
+        json_t *j = json_load_file(path, 0, NULL);
+        const char *h = json_string_value(json_object_get(j, "theta_hash"));
+        if (!j || !h) {
+            json_decref(j);
+            return al_errf(err, AL_EFORMAT, "%s: missing or unreadable", path);
+        }
+        if (s == 0) snprintf(r->hash, sizeof r->hash, "%s", h);
+        int same = !strcmp(r->hash, h);
+#define NUM(k) json_number_value(json_object_get(j, k))
+        r->wall_s = fmax(r->wall_s, NUM("train_wall_s"));
+        r->compute_s = fmax(r->compute_s, NUM("compute_s"));
+        r->comm_s = fmax(r->comm_s, NUM("comm_s"));
+        r->hidden_s = fmax(r->hidden_s, NUM("comm_hidden_s"));
+#undef NUM
+        json_decref(j);
+        if (!same)
+            return al_errf(err, AL_EINTEGRITY, "%s run: sites a and %c end on different theta",
+                           mode, 'a' + s);
+    }
+    return 0;
+}
+
+static int cmp_dbl(const void *x, const void *y) {
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int parse(int argc, char **argv, ov_opts *o, al_err *err) {
+    static const struct option opts[] = {
+        {"sites", required_argument, 0, 's'},    {"preset", required_argument, 0, 'P'},
+        {"steps", required_argument, 0, 'n'},    {"h", required_argument, 0, 'H'},
+        {"batch", required_argument, 0, 'B'},    {"seq", required_argument, 0, 'T'},
+        {"codec", required_argument, 0, 'c'},    {"mbit", required_argument, 0, 'm'},
+        {"delay-ms", required_argument, 0, 'd'}, {"runs", required_argument, 0, 'r'},
+        {"dir", required_argument, 0, 'D'},      {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    long v;
+    int ch, rc = 0;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1 && rc == 0) {
+        switch (ch) {
+        case 's':
+            rc = al_cli_int("--sites", optarg, 2, OV_MAX_SITES, &v, err), o->sites = (int)v;
+            break;
+        case 'P':
+            o->preset = optarg;
+            break;
+        case 'n':
+            rc = al_cli_int("--steps", optarg, 2, 1L << 30, &o->steps, err);
+            break;
+        case 'H':
+            rc = al_cli_int("--h", optarg, 1, 1L << 20, &o->h, err);
+            break;
+        case 'B':
+            rc = al_cli_int("--batch", optarg, 1, 4096, &v, err), o->batch = (int)v;
+            break;
+        case 'T':
+            rc = al_cli_int("--seq", optarg, 2, 1 << 16, &v, err), o->seq = (int)v;
+            break;
+        case 'c':
+            o->codec = optarg;
+            break;
+        case 'm':
+            rc = al_cli_double("--mbit", optarg, &o->mbit, err);
+            if (rc == 0 && !(o->mbit > 0 && o->mbit <= 1e5))
+                rc = al_errf(err, AL_EINVAL, "--mbit: %s is not in (0, 100000]", optarg);
+            break;
+        case 'd':
+            rc = al_cli_double("--delay-ms", optarg, &o->delay_ms, err);
+            if (rc == 0 && !(o->delay_ms >= 0 && o->delay_ms <= 10000))
+                rc = al_errf(err, AL_EINVAL, "--delay-ms: %s is not in [0, 10000]", optarg);
+            break;
+        case 'r':
+            rc = al_cli_int("--runs", optarg, 1, 99, &v, err), o->runs = (int)v;
+            break;
+        case 'D':
+            snprintf(o->dir, sizeof o->dir, "%s", optarg);
+            break;
+        case 'j':
+            o->json = 1;
+            break;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return AL_CLI_USAGE;
+        }
+    }
+    return rc;
+}
+
+int al_bench_overlap(int argc, char **argv, al_err *err) {
+    ov_opts o = {.sites = 2,
+                 .runs = 3,
+                 .batch = 4,
+                 .seq = 64,
+                 .steps = 1200,
+                 .h = 50,
+                 .mbit = 16,
+                 .delay_ms = 10,
+                 .preset = "demo",
+                 .codec = "int8"};
+    int rc = parse(argc, argv, &o, err);
+    if (rc) return rc == 1 ? 0 : rc;
+    signal(SIGPIPE, SIG_IGN); /* the proxies write to sockets an agent may have closed */
+    if (!o.dir[0]) {
+        snprintf(o.dir, sizeof o.dir, "/tmp/autoloco-bench-overlap-XXXXXX");
+        if (!mkdtemp(o.dir)) return al_errf(err, AL_EIO, "cannot create a folder in /tmp");
+    } else if ((rc = al_mkdirs(o.dir, err))) {
+        return rc;
+    }
+    if ((rc = al_cli_corpus(o.dir, o.train, sizeof o.train, o.val, sizeof o.val, err))) return rc;
+    char certs[1100];
+    snprintf(certs, sizeof certs, "%s/certs", o.dir);
+    const char *names[OV_MAX_SITES] = {"a", "b", "c"};
+    if ((rc = al_certs_create(certs, names, (size_t)o.sites, 1, err))) return rc;
+    /* one proxy in front of each site: every call to it crosses the slow link */
+    int grpc[OV_MAX_SITES], proxy[OV_MAX_SITES];
+    al_wanem *w[OV_MAX_SITES] = {0};
+    char target[OV_MAX_SITES][64];
+    for (int s = 0; s < o.sites && rc == 0; s++) {
+        if ((grpc[s] = al_cli_free_port()) <= 0) {
+            rc = al_errf(err, AL_EIO, "no free port on 127.0.0.1");
+            break;
+        }
+        snprintf(target[s], sizeof target[s], "127.0.0.1:%d", grpc[s]);
+        al_wanem_cfg wc = {.listen = "127.0.0.1:0",
+                           .target = target[s],
+                           .rate_mbit = o.mbit,
+                           .delay_ms = o.delay_ms,
+                           .seed = (uint64_t)s + 1};
+        if ((rc = al_wanem_start(&wc, &w[s], err)) == 0) proxy[s] = al_wanem_port(w[s]);
+    }
+    printf("bench overlap: %d sites, preset %s, %ld steps, H %ld, microbatch %dx%d, codec %s, "
+           "links %.1f Mbit/s + %.0f ms; folder %s\n",
+           o.sites, o.preset, o.steps, o.h, o.batch, o.seq, o.codec, o.mbit, o.delay_ms, o.dir);
+    printf("%4s %10s %12s %12s %12s %12s %10s\n", "run", "mode", "wall_s", "compute_s", "comm_s",
+           "hidden_s", "hidden");
+    fflush(stdout);
+    double wb[99], wo[99], cb[99], fr[99], share[99];
+    int n = 0;
+    for (int k = 0; k < o.runs && rc == 0; k++) {
+        ov_run b, v;
+        if ((rc = run_job(&o, grpc, proxy, "none", &b, err))) break;
+        if ((rc = run_job(&o, grpc, proxy, "delayed", &v, err))) break;
+        wb[n] = b.wall_s;
+        wo[n] = v.wall_s;
+        cb[n] = b.compute_s;
+        share[n] = b.wall_s > 0 ? (b.wall_s - b.compute_s) / b.wall_s : 0;
+        fr[n] =
+            b.wall_s > b.compute_s ? 1 - (v.wall_s - b.compute_s) / (b.wall_s - b.compute_s) : NAN;
+        printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10s\n", k + 1, "blocking", b.wall_s,
+               b.compute_s, b.comm_s, b.hidden_s, "");
+        printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %9.1f%%   comm_hidden_fraction %.3f\n", k + 1,
+               "delayed", v.wall_s, v.compute_s, v.comm_s, v.hidden_s,
+               v.comm_s > 0 ? 100 * v.hidden_s / v.comm_s : 0.0, fr[n]);
+        fflush(stdout);
+        n++;
+    }
+    for (int s = 0; s < o.sites; s++) al_wanem_stop(w[s]);
+    if (rc) return al_err_prefix(err, "bench overlap");
+    double frs[99];
+    memcpy(frs, fr, sizeof(double) * (size_t)n);
+    double m_wb = median(wb, n), m_wo = median(wo, n), m_c = median(cb, n), m_f = median(frs, n),
+           m_sh = median(share, n);
+    printf("median of %d: wall blocking %.2f s, overlapped %.2f s, compute %.2f s; blocking "
+           "communication %.0f%% of the wall time; comm_hidden_fraction %.3f\n",
+           n, m_wb, m_wo, m_c, 100 * m_sh, m_f);
+    if (o.json) {
+        json_t *runs = json_array();
+        for (int k = 0; k < n; k++) json_array_append_new(runs, json_real(fr[k]));
+        json_t *j = json_pack(
+            "{s:s, s:i, s:s, s:I, s:I, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:s}",
+            "bench", "overlap", "sites", o.sites, "preset", o.preset, "steps", (json_int_t)o.steps,
+            "h", (json_int_t)o.h, "codec", o.codec, "mbit", o.mbit, "delay_ms", o.delay_ms, "runs",
+            n, "wall_s_blocking", m_wb, "wall_s_overlap", m_wo, "compute_s", m_c,
+            "blocking_comm_fraction", m_sh, "comm_hidden_fraction", m_f,
+            "comm_hidden_fraction_runs", runs, "dir", o.dir);
+        char *js = json_dumps(j, JSON_COMPACT);
+        printf("%s\n", js ? js : "{}");
+        free(js);
+        json_decref(j);
+    }
+    return 0;
+}
