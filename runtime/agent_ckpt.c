@@ -12,7 +12,9 @@
 
 /* ---- checkpoints ------------------------------------------------------------------- */
 
-static const char *const EXTRA_FILES[] = {"outer.bin", "agent.json"};
+/* interval_start.bin (overlap, a stop while the next interval trained): its
+ * start, P floats; θ_local in the trainer's files is its end */
+static const char *const EXTRA_FILES[] = {"outer.bin", "agent.json", "interval_start.bin"};
 
 /* The metrics a checkpoint carries so that a resumed run continues them
  * instead of counting from zero: every counter of the table. */
@@ -82,6 +84,7 @@ static int counters_load(agent *a, json_t *j, const char *f, al_err *err) {
 static int write_extra(void *ctx, int i, const char *path, al_err *err) {
     agent *a = ctx;
     if (i == 0) return al_outer_save(&a->outer, path, err);
+    if (i == 2) return al_write_file_sync(path, a->from, a->P * sizeof(float), err);
     char pol[2048] = "";
     al_policy_save(a->pol, pol, sizeof pol);
     json_t *hist = json_array();
@@ -98,10 +101,11 @@ static int write_extra(void *ctx, int i, const char *path, al_err *err) {
         "lr_last", a->iv.lr_last, "tokens", (json_int_t)a->iv.tokens, "compute_s", a->iv.compute_s);
     /* overlap: θ_local (the trainer's parameters) is where interval `round`
      * starts, with H `h` (docs/outer.md): a resumed run trains it from there */
-    if (m && a->bg_pending)
-        json_object_set_new(
-            m, "pending_interval",
-            json_pack("{s:I, s:I}", "round", (json_int_t)a->bg_round, "h", (json_int_t)a->bg_h));
+    if (m && (a->bg_pending || a->bg_trained))
+        json_object_set_new(m, "overlap_interval",
+                            json_pack("{s:I, s:I, s:s}", "round", (json_int_t)a->bg_round, "h",
+                                      (json_int_t)a->bg_h, "state",
+                                      a->bg_trained ? "trained" : "pending"));
     json_t *cj = counters_json(a);
     if (m && cj) json_object_update(m, cj);
     json_decref(cj);
@@ -123,7 +127,7 @@ int ag_save(agent *a, al_err *err) {
     a->tr.step = a->step;
     /* W > 1: the workers' data position (their source is the parent's
      * a->wl, replayed in step after every run); the step count is a->step */
-    al_ckpt_extra ex = {2, EXTRA_FILES, write_extra, a->workers, {0, 0, 0}};
+    al_ckpt_extra ex = {a->bg_trained ? 3 : 2, EXTRA_FILES, write_extra, a->workers, {0, 0, 0}};
     if (a->workers > 1 && (rc = al_workload_tell(&a->wl, &ex.data, err))) return rc;
     char dir[4096];
     rc = al_ckpt_save_ex(a->cfg->checkpoint_dir, &a->tr, a->hash, (int)a->cfg->checkpoint_keep, &ex,
@@ -191,22 +195,38 @@ int ag_load(agent *a, const char *path, al_err *err) {
             if (json_is_string(v) && !strcmp(a->name[k], json_string_value(v))) a->live[k] = 1;
     }
     if (rc == 0) rc = counters_load(a, m, f, err);
-    json_t *pi = json_object_get(m, "pending_interval");
+    json_t *pi = json_object_get(m, "overlap_interval");
     json_int_t pr = 0, ph = 0;
+    const char *state = "";
     if (rc == 0 && pi &&
-        (json_unpack(pi, "{s:I, s:I}", "round", &pr, "h", &ph) != 0 || pr != round || ph < 1))
+        (json_unpack(pi, "{s:I, s:I, s:s}", "round", &pr, "h", &ph, "state", &state) != 0 ||
+         pr != round || ph < 1 || (strcmp(state, "pending") && strcmp(state, "trained"))))
         rc = al_errf(err, AL_EFORMAT,
-                     "%s: pending_interval: expected {\"round\": %lld, \"h\": H >= 1}", f,
-                     (long long)round);
+                     "%s: overlap_interval: expected {\"round\": %lld, \"h\": H >= 1, "
+                     "\"state\": \"pending\" or \"trained\"}",
+                     f, (long long)round);
     if (rc == 0 && pi && !a->overlap)
         rc = al_errf(err, AL_EMISMATCH,
-                     "%s: saved with [outer] overlap = delayed (an interval to start from its "
-                     "own point); this configuration has none",
+                     "%s: saved with [outer] overlap = delayed (the next interval's start is "
+                     "in it); this configuration has overlap = none",
                      f);
     if (rc == 0 && pi) {
-        a->bg_pending = 1;
         a->bg_round = (long)pr;
         a->bg_h = (long)ph;
+        if (!strcmp(state, "pending")) {
+            a->bg_pending = 1;
+        } else { /* trained: its start beside the checkpoint (the manifest checked it) */
+            char g[4300];
+            snprintf(g, sizeof g, "%s/interval_start.bin", dir);
+            FILE *fp = fopen(g, "rb");
+            size_t got = fp ? fread(a->from, sizeof(float), a->P, fp) : 0;
+            int more = fp ? fgetc(fp) != EOF : 0;
+            if (fp) fclose(fp);
+            if (got != a->P || more)
+                rc = al_errf(err, AL_EFORMAT, "%s: missing, or not %zu floats", g, a->P);
+            else
+                a->bg_trained = 1;
+        }
     }
     json_decref(m);
     if (rc == 0 && a->workers > 1) {

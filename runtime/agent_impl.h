@@ -178,6 +178,9 @@ typedef struct agent {
     int bg_running;      /* started and not joined */
     int bg_pending;      /* θ_local is interval bg_round's start, not trained yet: trained
                           * after the commit (a checkpoint or a stop came first) */
+    int bg_trained;      /* a stop came while it trained: it ran to its end (joined), and
+                          * θ_local is its end, `from` its start, iv its statistics, for
+                          * round bg_round's exchange after a --resume (interval_start.bin) */
     long bg_round, bg_h; /* the interval's round and H */
     long bg_step;        /* its step counter (a->step when it started) */
     int bg_threads;      /* the driver's kernel threads (OpenMP's count is per thread) */
@@ -320,6 +323,10 @@ int ag_bg_join(agent *a, al_err *err);
  * goes back to where it started and stays pending (a stop, the end); else
  * nothing is pending (the caller resets θ_local). */
 void ag_bg_discard(agent *a, int keep_start);
+/* At the end of the run (a stop): an interval of the round to come that is
+ * training runs to its end and is kept (bg_trained), so the checkpoint holds
+ * it; one of another round is discarded back to its start. */
+int ag_bg_settle(agent *a, al_err *err);
 /* Is the thread's interval over (it may still need joining)? */
 int ag_bg_finished(agent *a, double *t_end);
 /* AL_FAULT=corrupt:R: flip a bit of θ_global and of its published copy. */

@@ -164,7 +164,21 @@ void ag_bg_discard(agent *a, int keep_start) {
             a->bg_pending = 1;
         }
     }
-    if (!keep_start) a->bg_pending = 0;
+    if (!keep_start) a->bg_pending = a->bg_trained = 0;
+}
+
+int ag_bg_settle(agent *a, al_err *err) {
+    if (!a->bg_running) return 0;
+    if (a->bg_round != a->round) {
+        ag_bg_discard(a, 1);
+        return 0;
+    }
+    al_logf(&a->log, AL_LOG_INFO,
+            "site %s: stopping: interval %ld trains to its end and is saved with its start",
+            a->name[a->self], a->bg_round);
+    int rc = ag_bg_join(a, err);
+    if (rc == 0) a->bg_trained = 1;
+    return rc;
 }
 
 int ag_bg_finished(agent *a, double *t_end) {

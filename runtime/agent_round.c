@@ -233,9 +233,11 @@ static int enter_round(agent *a, al_err *err) {
  * commit, wait only for the peers to see it. */
 static void check_finished(agent *a) {
     if (a->finished) return;
-    /* overlap: a signal during interval r + 1 finishes it and round r + 1 too
-     * (next_interval then starts nothing), as blocking finishes the round */
-    if (a->step >= a->cfg->inner_steps || (*a->stop && !a->bg_running)) {
+    /* a signal: this commit is the last. With overlap, sites stop after the
+     * same commit (the first after the signal) wherever their next interval
+     * stands: not started (pending), or training (ag_bg_settle: it runs to its
+     * end and is saved); a resumed site goes on from either */
+    if (a->step >= a->cfg->inner_steps || *a->stop) {
         a->finished = 1;
         a->linger_until = al_now() + a->cfg->round_deadline_s;
     }
@@ -291,11 +293,14 @@ static int do_train(agent *a, al_err *err) {
     if (a->bg_running && a->bg_round == a->round) {
         rc = ag_bg_join(a, err);
     } else {
-        ag_bg_discard(a, 0); /* none, or of another round (not expected) */
+        if (a->bg_running) ag_bg_discard(a, 0); /* of another round (not expected) */
         long h = a->h;
-        if (a->bg_pending && a->bg_round == a->round) h = a->bg_h;
-        a->bg_pending = 0;
-        if (a->overlap) memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
+        if ((a->bg_pending || a->bg_trained) && a->bg_round == a->round) h = a->bg_h;
+        /* trained before a stop (the checkpoint's start, end and statistics):
+         * the run below adds no step */
+        if (a->overlap && !(a->bg_trained && a->bg_round == a->round))
+            memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
+        a->bg_pending = a->bg_trained = 0;
         a->iv_h = h;
         rc = ag_interval_run(a, a->round, h, &a->iv, &a->step, err);
     }
@@ -459,18 +464,11 @@ static int agreeing(const agent *a, const al_round_action *act) {
 /* The eval loss of θ_global (with W > 1 the trainer only carries it), into the metrics. */
 static int eval_global(agent *a, double *eval, al_err *err) {
     int rc, batches = (int)a->cfg->inner_eval_batches;
-    if (a->workers == 1 && a->bg_running) /* the trainer is the thread's: a model of its own */
+    if (a->workers == 1 && a->overlap) /* θ_local is the next interval's: a model of its own */
         rc = al_eval_params(&a->mc, a->outer.theta, &a->o, &a->val, batches, eval, err);
     else {
-        if (a->workers > 1)
-            memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
-        else if (a->bg_pending) /* θ_local is the next interval's start: keep it */
-            memcpy(a->from, a->tr.model.params, a->P * sizeof(float));
-        if (a->workers == 1 && a->bg_pending)
-            memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
+        if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
         rc = al_trainer_eval(&a->tr, batches, eval, err);
-        if (a->workers == 1 && a->bg_pending)
-            memcpy(a->tr.model.params, a->from, a->P * sizeof(float));
     }
     if (rc == 0) al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
     return rc;
@@ -860,7 +858,8 @@ int ag_drive(agent *a, double *eval, al_err *err) {
     a->mine_round = -1;
     int rc = machine_init(a, err);
     if (rc) return rc;
-    if (a->step >= a->cfg->inner_steps) check_finished(a);
+    /* (an interval trained before a stop, not yet exchanged, is not the end) */
+    if (a->step >= a->cfg->inner_steps && !a->bg_trained) check_finished(a);
     double stop_by = 0;
     al_round_action acts[AL_ROUND_MAX_ACTIONS];
     for (;;) {
@@ -903,9 +902,8 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         pthread_cond_timedwait(&a->cv, &a->mu, &ts);
         pthread_mutex_unlock(&a->mu);
     }
-    /* overlap: an interval still training (a stop in a join or a pull) stops
-     * and goes back to its start, which the checkpoint keeps */
-    ag_bg_discard(a, 1);
+    /* overlap: an interval still training is finished and kept (a stop) */
+    if ((rc = ag_bg_settle(a, err))) return rc;
     /* the bytes since the last commit (statistics and pulls of the last round,
      * the linger), so that the senders' totals equal the receivers' */
     count_bytes(a, 0);

@@ -9,6 +9,7 @@
  * microbatch follows the preset: rows of its context length T, about 2048
  * tokens per microbatch. */
 #include "al_cli.h"
+#include "al_commit.h"
 #include "al_data.h"
 #include "al_model.h"
 #include "al_transport.h"
@@ -33,7 +34,7 @@ typedef struct demo {
     int batch, seq; /* the microbatch, from the preset */
     const char *train_in, *val_in;
     long steps, h_base;
-    const char *policy, *codec, *preset, *correction;
+    const char *policy, *codec, *preset, *correction, *overlap;
     char dir[1024], train[1200], val[1200];
     int json, quiet;
     double deadline;
@@ -54,6 +55,8 @@ static void demo_usage(FILE *f) {
             "  --h-base H       the DiLoCo interval to compare with (default 50)\n"
             "  --codec C        pseudo-gradient codec (default int8+zstd)\n"
             "  --correction C   autoloco|none (default autoloco)\n"
+            "  --overlap O      none|delayed: delayed trains the next interval while a\n"
+            "                   round's exchange crosses the link (default none)\n"
             "  --preset P       model preset (default demo); the microbatch is rows of its\n"
             "                   context length T, about 2048 tokens\n"
             "  --train FILE     training token file (default: the fortunes corpus; the\n"
@@ -96,8 +99,8 @@ static int write_config(const demo *d, int s, const int *grpc, const int *dash, 
             "[inner]\nbatch = %d\nseq = %d\nsteps = %ld\nlr = 3e-3\nwarmup = 50\n"
             "workers = %d\nthreads = 1\nseed = 1337\neval_every = 0\neval_batches = 0\n\n",
             d->batch, d->seq, d->steps, d->workers);
-    fprintf(f, "[outer]\nlr = 0.7\nmomentum = 0.9\ncorrection = %s\ncodec = %s\n\n", d->correction,
-            d->codec);
+    fprintf(f, "[outer]\nlr = 0.7\nmomentum = 0.9\ncorrection = %s\ncodec = %s\noverlap = %s\n\n",
+            d->correction, d->codec, d->overlap);
     fprintf(f, "[policy]\nname = %s\nh_base = %ld\n\n", d->policy, d->h_base);
     fprintf(f, "[round]\ndeadline_s = %g\nquorum = majority\n\n", d->deadline);
     fprintf(f, "[dashboard]\naddress = 127.0.0.1\nport = %d\n\n", dash[s]);
@@ -222,6 +225,7 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
                                          {"h-base", required_argument, 0, 'b'},
                                          {"codec", required_argument, 0, 'c'},
                                          {"correction", required_argument, 0, 'r'},
+                                         {"overlap", required_argument, 0, 'o'},
                                          {"preset", required_argument, 0, 'P'},
                                          {"dir", required_argument, 0, 'd'},
                                          {"train", required_argument, 0, 't'},
@@ -237,6 +241,7 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
               .codec = "int8+zstd",
               .preset = "demo",
               .correction = "autoloco",
+              .overlap = "none",
               .deadline = 60};
     long v;
     int ch, rc = 0;
@@ -264,6 +269,9 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
         case 'r':
             d.correction = optarg;
             break;
+        case 'o':
+            d.overlap = optarg;
+            break;
         case 'P':
             d.preset = optarg;
             break;
@@ -288,6 +296,8 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
         }
         if (rc) return rc;
     }
+    al_overlap ov;
+    if ((rc = al_overlap_parse(d.overlap, &ov, err))) return al_err_prefix(err, "demo: --overlap");
     al_model_config mc;
     if ((rc = al_model_preset(&mc, d.preset, err))) return al_err_prefix(err, "demo: --preset");
     d.seq = mc.T;

@@ -5,7 +5,8 @@ Starts a short `autoloco demo` (2 sites on loopback over mTLS), loads site a's
 dashboard in headless Chromium while it trains, waits for the charts to hold
 data points, and checks that the savings figure on the page, and its two
 parts (syncs avoided against DiLoCo at H_base, bytes saved by the codec),
-equal what /api/v1/status reports. Then `autoloco report` on the finished run's JSONL
+and the share of communication hidden behind training (the demo runs with
+[outer] overlap = delayed) equal what /api/v1/status reports. Then `autoloco report` on the finished run's JSONL
 must give one HTML file that opens offline with the charts drawn.
 Screenshots go to SCREENSHOT_DIR (default: the test's temporary folder).
 Exits 77 (skipped) when Chromium, its driver or Selenium is missing."""
@@ -63,7 +64,7 @@ def points(drv, chart):
 # demo takes to finish, and the dashboard lives only while its agent runs
 drv = browser()
 demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "400",
-                         "--h-base", "16", "--dir", f"{tmp}/run", "--json"],
+                         "--h-base", "16", "--overlap", "delayed", "--dir", f"{tmp}/run", "--json"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 url = None
 lines = []
@@ -127,6 +128,21 @@ try:
             time.sleep(0.3)
         check(parts, f"syncs avoided ({page2[0]}) and codec saving ({page2[1]}%) on the page = "
               f"/api/v1/status ({st['syncs_avoided']:.2f}, {st['saved_by_codec_pct']:.2f}%)")
+        # [outer] overlap (issue 14): the share of the communication that ran
+        # beside training, on the page as /api/v1/status reports it, and > 0
+        hid = False
+        for _ in range(40):
+            page1 = drv.find_element("id", "comm-hidden-pct").text
+            st = json.loads(urllib.request.urlopen(url + "api/v1/status", timeout=5).read())
+            page2 = drv.find_element("id", "comm-hidden-pct").text
+            want_h = f"{st['comm_hidden_pct']:.1f}"
+            if page1 == page2 == want_h and st["comm_hidden_s"] > 0 \
+                    and abs(st["comm_hidden_pct"] - 100 * st["comm_hidden_s"] / st["comm_s"]) < 1e-6:
+                hid = True
+                break
+            time.sleep(0.3)
+        check(hid, f"communication hidden behind training on the page ({page2}%) = "
+              f"/api/v1/status ({want_h}%, {st['comm_hidden_s']:.2f} s of {st['comm_s']:.2f} s)")
         # membership (issue 17): the peer table says b is a member and when it
         # was last seen, as /api/v1/status and /metrics do
         member = False
