@@ -100,10 +100,14 @@ int al_commit_step(al_outer *o, const float *dbar, const al_commit_decision *d, 
  *            round r's Δ crosses the WAN; when it ends, its progress is re-based
  *            onto the θ_global round r committed (al_commit_merge), and the
  *            policy's decision of round r sets H for interval r + 2. The maths:
- *            docs/outer.md, "Overlapping the exchange with compute". */
+ *            docs/outer.md, "Overlapping the exchange with compute".
+ *   delayed-mean: as delayed, but the eager step takes the others' last mean
+ *            for theirs: Δ̂ = Δ^m/M + (M − 1)/M · Δ̄_{r−1} (al_commit_eager's
+ *            dbar_prev; the simulator only, for now). */
 #define AL_OVERLAPS(X)                                                                             \
     X(AL_OVERLAP_NONE, "none")                                                                     \
-    X(AL_OVERLAP_DELAYED, "delayed")
+    X(AL_OVERLAP_DELAYED, "delayed")                                                               \
+    X(AL_OVERLAP_DELAYED_MEAN, "delayed-mean")
 typedef enum {
 #define AL_OVERLAP_ENUM(e, s) e,
     AL_OVERLAPS(AL_OVERLAP_ENUM)
@@ -127,8 +131,12 @@ int al_commit_merge(float *theta_local, const float *theta_from, const float *th
  *     out = OuterStep(o's θ and momentum; delta, s_r)
  * taken on `scratch` (initialised here on first use, then reused; free it
  * with al_outer_free), so `o` is untouched. s_r: the interval's progress (Σ η
- * or its steps). The simulator and the agent both start there. */
+ * or its steps). The simulator and the agent both start there. With
+ * dbar_prev (overlap delayed-mean; NULL: none) the step takes
+ *     Δ̂ = Δ^m/M + (M − 1)/M · dbar_prev
+ * for Δ, built in `blend` (n floats): the others' current Δ guessed by the
+ * last round's mean. */
 int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, double s_r,
-                    float *out, al_err *err);
+                    const float *dbar_prev, int M, float *blend, float *out, al_err *err);
 
 #endif

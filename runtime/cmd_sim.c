@@ -252,7 +252,7 @@ static void sim_usage(FILE *f) {
             "                       iid, codec, eval_every, progress = lr|steps: the unit of\n"
             "                       the correction's S_r), [wan] (bandwidth_mbit, rtt_ms),\n"
             "                       [outer] (lr, momentum, correction, s_ref, codec,\n"
-            "                       max_delta_ratio, overlap = none|delayed: as the\n"
+            "                       max_delta_ratio, overlap = none|delayed|delayed-mean: as the\n"
             "                       agent's), [policy] (name,\n"
             "                       h_base, h_min, h_max and the policy's own keys)\n"
             "  --set S.K=V          override one key (any section above)\n"
@@ -268,8 +268,10 @@ static void sim_usage(FILE *f) {
             "  --noniid / --iid     = --scenario noniid / iid\n"
             "  --codec NAME         fp32 | bf16 | int8 | int4, optionally +zstd: the agent's\n"
             "                       codec, shard by shard (= --set outer.codec=)\n"
-            "  --overlap MODE       none | delayed: round r's exchange beside interval r+1,\n"
-            "                       merged when it ends (= --set outer.overlap=)\n"
+            "  --overlap MODE       none | delayed | delayed-mean: round r's exchange beside\n"
+            "                       interval r+1, merged when it ends; delayed-mean's eager\n"
+            "                       start guesses the others' delta by the last mean\n"
+            "                       (= --set outer.overlap=)\n"
             "  --jsonl FILE         one JSON record per round\n"
             "  --json               print the summary as one JSON line, last\n");
 }

@@ -147,7 +147,8 @@ int al_overlap_parse(const char *s, al_overlap *out, al_err *err) {
             *out = (al_overlap)i;
             return 0;
         }
-    return al_errf(err, AL_ECONFIG, "overlap '%s': expected none or delayed", s ? s : "");
+    return al_errf(err, AL_ECONFIG, "overlap '%s': expected none, delayed or delayed-mean",
+                   s ? s : "");
 }
 
 const char *al_overlap_name(al_overlap o) {
@@ -171,7 +172,7 @@ int al_commit_merge(float *theta_local, const float *theta_from, const float *th
 }
 
 int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, double s_r,
-                    float *out, al_err *err) {
+                    const float *dbar_prev, int M, float *blend, float *out, al_err *err) {
     if (scratch->n != o->n) {
         al_outer_free(scratch);
         int rc = al_outer_init(scratch, &o->cfg, o->theta, o->n, err);
@@ -180,6 +181,11 @@ int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, do
     memcpy(scratch->theta, o->theta, o->n * sizeof(float));
     memcpy(scratch->mom, o->mom, o->n * sizeof(float));
     scratch->steps = o->steps;
+    if (dbar_prev && M > 1) {
+        float w = 1.0f / (float)M, v = (float)(M - 1) / (float)M;
+        for (size_t i = 0; i < o->n; i++) blend[i] = w * delta[i] + v * dbar_prev[i];
+        delta = blend;
+    }
     int rc = al_outer_step(scratch, delta, s_r, err);
     if (rc == 0) memcpy(out, scratch->theta, o->n * sizeof(float));
     return rc;

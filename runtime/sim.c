@@ -97,17 +97,20 @@ typedef struct sim {
     const al_sim_opts *o;
     int M;
     size_t P;
-    al_tokens *shard;   /* [M] non-IID shards (unused for IID) */
-    al_loader *late;    /* SHIFT: [M] each site's loader over its shard, swapped in at shift_step */
-    long shift_step;    /* SHIFT: the inner step (0-based) from which sites train on their shard */
-    al_trainer *tr;     /* [M] sites (DDP: [1]) */
-    al_outer *outer;    /* [M] every site's replica of the outer state */
-    float **delta;      /* [M] pseudo-gradients */
-    float **from;       /* [M] overlap delayed: where each site's interval started */
-    al_outer eager;     /* overlap delayed: a copy of a site's outer state for its eager step */
-    float *dbar;        /* the mean */
-    al_commit_codec cc; /* the codec's round trips, as the agent's */
-    double *sent;       /* [M] bytes each member sent this round */
+    al_tokens *shard; /* [M] non-IID shards (unused for IID) */
+    al_loader *late;  /* SHIFT: [M] each site's loader over its shard, swapped in at shift_step */
+    long shift_step;  /* SHIFT: the inner step (0-based) from which sites train on their shard */
+    al_trainer *tr;   /* [M] sites (DDP: [1]) */
+    al_outer *outer;  /* [M] every site's replica of the outer state */
+    float **delta;    /* [M] pseudo-gradients */
+    float **from;     /* [M] overlap delayed: where each site's interval started */
+    al_outer eager;   /* overlap delayed: a copy of a site's outer state for its eager step */
+    float *dbar;      /* the mean */
+    float *dbar_prev; /* overlap delayed-mean: the last round's mean, of M_prev members */
+    float *blend;     /* ... and the eager step's Δ̂ */
+    int have_prev, M_prev;
+    al_commit_codec cc;      /* the codec's round trips, as the agent's */
+    double *sent;            /* [M] bytes each member sent this round */
     int *members, *left_out; /* [M] this round's members (site ids) and the outliers */
     al_site_stats *ss;       /* [M] this round's stats of live sites */
     al_loader *ld;           /* DDP: [M] the sites' loaders */
@@ -137,6 +140,8 @@ static void sim_free(sim *s) {
     free(s->late);
     free(s->mbs);
     free(s->dbar);
+    free(s->dbar_prev);
+    free(s->blend);
     free(s->ss);
     free(s->sent);
     free(s->members);
@@ -174,7 +179,7 @@ static int push_h(al_sim_result *r, long *cap, long h, al_err *err) {
 /* The eval loss of θ_global. With overlap the site's own θ is not θ_global
  * mid-run: it is set aside (in dbar, free between rounds) and put back. */
 static int evaluate(sim *s, al_trainer *tr, double *loss, al_err *err) {
-    int swap = s->o->overlap == AL_OVERLAP_DELAYED && s->outer &&
+    int swap = s->o->overlap != AL_OVERLAP_NONE && s->outer &&
                memcmp(tr->model.params, s->outer[0].theta, s->P * sizeof(float)) != 0;
     if (swap) {
         memcpy(s->dbar, tr->model.params, s->P * sizeof(float));
@@ -240,7 +245,10 @@ static int run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al
  * estimate of θ_{r+1}: docs/outer.md). The committed state is untouched. */
 static int eager_start(sim *s, int m, const al_site_stats *st, al_err *err) {
     double s_r = s->o->progress == AL_SIM_PROGRESS_LR ? st->lr_sum : (double)st->steps;
-    return al_commit_eager(&s->eager, &s->outer[m], s->delta[m], s_r, s->tr[m].model.params, err);
+    const float *prev =
+        s->o->overlap == AL_OVERLAP_DELAYED_MEAN && s->have_prev ? s->dbar_prev : NULL;
+    return al_commit_eager(&s->eager, &s->outer[m], s->delta[m], s_r, prev, s->M_prev, s->blend,
+                           s->tr[m].model.params, err);
 }
 
 /* One round of the outer loop, as the agents do it (al_commit.h): each site's
@@ -257,7 +265,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
     double prev_comm = 0; /* the WAN model's seconds for the last exchange: each site's comm_s */
     /* overlap delayed: the H the decision of the round before set (interval
      * r + 1 starts before round r's decision), and the projected time */
-    int delayed = o->overlap == AL_OVERLAP_DELAYED;
+    int delayed = o->overlap == AL_OVERLAP_DELAYED || o->overlap == AL_OVERLAP_DELAYED_MEAN;
     int64_t h_queued = h;
     double t_overlap = 0;
     const float **dptr = malloc((size_t)M * sizeof *dptr);
@@ -334,6 +342,10 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
             json_decref(refused);
             break;
         }
+        /* overlap delayed-mean: the next eager steps guess the others' Δ by this mean */
+        memcpy(s->dbar_prev, s->dbar, s->P * sizeof(float));
+        s->have_prev = 1;
+        s->M_prev = n_in;
         const al_round_stats rs = d.rs;
         int64_t h_next = d.h_next;
         double floor_h = d.comm_floor, sent_max = 0, bytes_round = 0;
@@ -533,13 +545,15 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     s->from = calloc((size_t)M, sizeof *s->from);
     s->ss = calloc((size_t)M, sizeof *s->ss);
     s->dbar = malloc(s->P * sizeof(float));
-    if (!s->outer || !s->delta || !s->from || !s->ss || !s->dbar)
+    s->dbar_prev = malloc(s->P * sizeof(float));
+    s->blend = malloc(s->P * sizeof(float));
+    if (!s->outer || !s->delta || !s->from || !s->ss || !s->dbar || !s->dbar_prev || !s->blend)
         return al_errf(err, AL_ENOMEM, "sim: out of memory");
     for (int m = 0; m < M && rc == 0; m++) {
         rc = al_outer_init(&s->outer[m], &oc, s->tr[0].model.params, s->P, err);
         if (rc == 0 && !(s->delta[m] = malloc(s->P * sizeof(float))))
             rc = al_errf(err, AL_ENOMEM, "sim: out of memory");
-        if (rc == 0 && o->overlap == AL_OVERLAP_DELAYED &&
+        if (rc == 0 && o->overlap != AL_OVERLAP_NONE &&
             !(s->from[m] = malloc(s->P * sizeof(float))))
             rc = al_errf(err, AL_ENOMEM, "sim: out of memory");
     }
