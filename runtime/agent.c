@@ -135,6 +135,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "badstats:", 9)) a->fault_badstats = atol(fault + 9);
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
+    if (fault && !strncmp(fault, "liar:", 5)) a->fault_liar = atof(fault + 5);
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
     a->fault_freeze = a->fault_corrupt = -1;
     if (fault && !strncmp(fault, "corrupt:", 8)) a->fault_corrupt = atol(fault + 8);

@@ -121,6 +121,8 @@ typedef struct agent {
     long fed_round[AG_MAX_SITES];             /* statistics fed to the machine: (round, epoch) */
     uint64_t fed_epoch[AG_MAX_SITES];
     long misfit_round[AG_MAX_SITES]; /* statistics that did not fit were logged for it */
+    long liar_round[AG_MAX_SITES];   /* its mean shard broke the claim check in this round: its
+                                      * statistics are not fed again (left out of the round) */
     double fed_heard[AG_MAX_SITES];  /* hb_seen value last fed as a status */
     al_outer pulled;                 /* a state pulled (AL_ACT_SYNC), adopted by AL_ACT_ADOPT */
     int have_pulled;
@@ -203,6 +205,7 @@ typedef struct agent {
                                   * (a site that neither answers nor refuses) */
     int fault_badstate;          /* AL_FAULT=badstate: serve half of θ's state to joiners */
     double fault_poison;         /* AL_FAULT=poison:V: send V in every element of Δ */
+    double fault_liar;           /* AL_FAULT=liar:V: the same, reporting its true |Δ| */
     long fault_corrupt;          /* AL_FAULT=corrupt:R: flip a bit of θ_global and of the
                                   * published copy halfway through round R's interval */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */

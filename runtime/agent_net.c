@@ -624,6 +624,16 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
             if (mem[j] == a->self || a->excluded[mem[j]]) continue;
             ag_slot *s = &a->reduce[p][mem[j]];
             rc = al_codec_decode(s->buf, s->meta.total_bytes, a->part, hi - lo, err);
+            double nrm;
+            if (rc == 0 && !al_commit_fits_claim(a->part, hi - lo, st[j].delta_sq, &nrm)) {
+                /* longer than the whole Δ it reported: not in this shard's mean */
+                al_logf(&a->log, AL_LOG_WARN,
+                        "round %ld: leaving %s's part of shard %d out of the mean: its norm %.4g "
+                        "exceeds the |delta| %.4g it reported (a site that lies about its update)",
+                        a->round, a->name[mem[j]], me, nrm, sqrt(st[j].delta_sq));
+                rc = al_mean_drop(&acc, mem[j], err);
+                continue;
+            }
             if (rc == 0) rc = al_mean_add(&acc, mem[j], a->part, err);
             if (rc) {
                 *peer = mem[j]; /* a contribution that does not decode: leave its site out */
@@ -648,6 +658,10 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
             return AL_EPEER;
         }
     }
+    /* a mean shard is no longer than the longest Δ a member of the mean reported */
+    double claim_max = 0;
+    for (int j = 0; j < M; j++)
+        if (!a->excluded[mem[j]]) claim_max = fmax(claim_max, st[j].delta_sq);
     pthread_mutex_lock(&a->mu);
     rc = wait_slots(a, a->gather, mem, M, me, -1, epoch, members, peer, "mean shard", err);
     for (int k = 0; k < M && rc == 0; k++) { /* under the lock, as above */
@@ -656,10 +670,18 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
         al_shard_range(a->P, M, k, &klo, &khi);
         ag_slot *s = &a->gather[p][mem[k]];
         rc = al_codec_decode(s->buf, s->meta.total_bytes, a->dbar + klo, khi - klo, err);
+        double nrm;
         if (rc) {
             *peer = mem[k];
             al_err_prefix(err, "round %ld: mean shard from %s refused", a->round, a->name[mem[k]]);
             rc = AL_EPEER;
+        } else if (!al_commit_fits_claim(a->dbar + klo, khi - klo, claim_max, &nrm)) {
+            *peer = mem[k]; /* the same bytes reach every member: all refuse them alike */
+            rc = al_errf(err, AL_EINTEGRITY,
+                         "round %ld: mean shard from %s refused: its norm %.4g exceeds the "
+                         "longest |delta| %.4g a member reported (a site that lies about its "
+                         "update)",
+                         a->round, a->name[mem[k]], nrm, sqrt(claim_max));
         }
     }
     pthread_mutex_unlock(&a->mu);

@@ -167,7 +167,7 @@ static void vote_load(agent *a, al_round_vote *v) {
 static int machine_init(agent *a, al_err *err) {
     for (int i = 0; i < a->nsites; i++) {
         a->name_p[i] = a->name[i];
-        a->fed_round[i] = a->misfit_round[i] = -1;
+        a->fed_round[i] = a->misfit_round[i] = a->liar_round[i] = -1;
     }
     al_round_cfg rc = {.nsites = a->nsites,
                        .self = a->self,
@@ -318,6 +318,8 @@ static int do_train(agent *a, al_err *err) {
         for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_poison;
         dsq = a->fault_poison * a->fault_poison * (double)a->P;
     }
+    if (a->fault_liar != 0) /* test hook: the same Δ, reporting the honest norm */
+        for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_liar;
     long n = AL_MAX(a->iv.steps, 1);
     a->mine = (al_site_stats){.site = a->self,
                               .steps = a->iv.steps,
@@ -379,6 +381,11 @@ static int do_exchange(agent *a, const al_round_action *act) {
                 "site %s: round %ld: the exchange (attempt %llu, %d sites) "
                 "failed: %s",
                 a->name[a->self], a->round, (unsigned long long)act->epoch, M, e.msg);
+        if (rc == AL_EINTEGRITY && ev.peer >= 0 && a->liar_round[ev.peer] != a->round) {
+            a->liar_round[ev.peer] = a->round; /* every member saw the same bytes */
+            al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out of the round's next attempts",
+                    a->round, a->name[ev.peer]);
+        }
     }
     feed(a, &ev);
     return 0;
@@ -550,7 +557,9 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     rec.h = h_run;
     rec.h_next = d->h_next;
     rec.members = M;
-    rec.t = (double)time(NULL);
+    struct timespec wall; /* unix seconds, to the microsecond: rounds' spacing is measured */
+    clock_gettime(CLOCK_REALTIME, &wall);
+    rec.t = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
     rec.train_loss = a->mine.loss;
     rec.eval_loss = ev;
     rec.nsites = M;
@@ -808,7 +817,8 @@ static int feed_inbox(agent *a, al_err *err) {
             feed(a, &ev);
         }
         if (a->mine_round != a->round || !have[i] ||
-            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]))
+            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]) ||
+            a->liar_round[i] == a->round)
             continue;
         al_site_stats theirs = st[i];
         theirs.lr_sq_sum = a->mine.lr_sq_sum;

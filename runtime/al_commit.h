@@ -66,15 +66,29 @@ void al_commit_codec_free(al_commit_codec *c);
 /* Encode x[0..n) into c->enc (grown as needed); *len gets the encoded size. */
 int al_commit_encode(al_commit_codec *c, const float *x, size_t n, size_t *len, al_err *err);
 
+/* The claim check (issue 17: a member that reports a small ‖Δ‖, which the
+ * median rule judges, and sends a large Δ). A member's part of one shard is
+ * no longer than its whole Δ, whose squared norm it reported (delta_sq); an
+ * owner's mean shard is no longer than the longest Δ a member of the round
+ * reported. The slack leaves room for the codecs' error (int4 included): an
+ * honest run never comes near it. */
+#define AL_COMMIT_CLAIM_SLACK 1.5
+/* 1 when ‖x[0..n)‖ ≤ AL_COMMIT_CLAIM_SLACK · sqrt(claimed_sq), else 0; *norm
+ * gets ‖x‖ (a non-finite x never fits). */
+int al_commit_fits_claim(const float *x, size_t n, double claimed_sq, double *norm);
+
 /* The exchange of M members in one process: delta[j] is member j's Δ (P
  * values), sites[j] its site id (strictly increasing), left_out[j] (may be
- * NULL) leaves it out of the mean. Writes Δ̄ (P values) and, when sent is not
- * NULL, the bytes member j would send: its M−1 encoded parts and M−1 copies of
- * its encoded mean shard. AL_EINVAL when every member is left out; codec
- * errors as al_codec_encode/decode give them. */
+ * NULL) leaves it out of the mean. claimed_sq[j] (may be NULL: no check) is
+ * the ‖Δ‖² member j reported: a part longer than that claim is left out of
+ * its shard's mean (al_commit_fits_claim), as the agent's owners do, and
+ * counted in *n_lies (may be NULL). Writes Δ̄ (P values) and, when sent is
+ * not NULL, the bytes member j would send: its M−1 encoded parts and M−1
+ * copies of its encoded mean shard. AL_EINVAL when every member is left out;
+ * codec errors as al_codec_encode/decode give them. */
 int al_commit_exchange(al_commit_codec *c, const float *const *delta, const int *sites,
-                       const int *left_out, int M, size_t P, float *dbar, double *sent,
-                       al_err *err);
+                       const int *left_out, const double *claimed_sq, int M, size_t P, float *dbar,
+                       double *sent, int *n_lies, al_err *err);
 
 /* What the round decided. */
 typedef struct al_commit_decision {

@@ -69,9 +69,17 @@ static int round_trip(al_commit_codec *c, const float *x, size_t n, float *out, 
     return rc ? rc : al_codec_decode(c->enc, *len, out, n, err);
 }
 
+int al_commit_fits_claim(const float *x, size_t n, double claimed_sq, double *norm) {
+    double sq = 0;
+    for (size_t i = 0; i < n; i++) sq += (double)x[i] * (double)x[i];
+    *norm = sqrt(sq);
+    return isfinite(sq) && claimed_sq >= 0 && *norm <= AL_COMMIT_CLAIM_SLACK * sqrt(claimed_sq);
+}
+
 int al_commit_exchange(al_commit_codec *c, const float *const *delta, const int *sites,
-                       const int *left_out, int M, size_t P, float *dbar, double *sent,
-                       al_err *err) {
+                       const int *left_out, const double *claimed_sq, int M, size_t P, float *dbar,
+                       double *sent, int *n_lies, al_err *err) {
+    if (n_lies) *n_lies = 0;
     if (M < 1 || M > AL_COMMIT_MAX_MEMBERS)
         return al_errf(err, AL_EINVAL, "exchange: %d members not in [1, %d]", M,
                        AL_COMMIT_MAX_MEMBERS);
@@ -108,8 +116,14 @@ int al_commit_exchange(al_commit_codec *c, const float *const *delta, const int 
             rc = round_trip(c, delta[j] + lo, hi - lo, c->part, &len, err);
             if (rc) al_err_prefix(err, "exchange: member %d (site %d), shard %d", j, sites[j], k);
             if (rc == 0 && sent && j != k) sent[j] += (double)len;
-            if (rc == 0 && !(left_out && left_out[j]))
-                rc = al_mean_add(&acc, sites[j], c->part, err);
+            if (rc || (left_out && left_out[j])) continue;
+            double nrm;
+            if (claimed_sq && !al_commit_fits_claim(c->part, hi - lo, claimed_sq[j], &nrm)) {
+                if (n_lies) (*n_lies)++; /* longer than its own claim: out of this shard */
+                rc = al_mean_drop(&acc, sites[j], err);
+                continue;
+            }
+            rc = al_mean_add(&acc, sites[j], c->part, err);
         }
         /* gather: the owner encodes the mean once; everyone decodes those bytes */
         if (rc == 0) rc = al_mean_finish(&acc, c->part, err);

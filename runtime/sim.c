@@ -109,6 +109,7 @@ typedef struct sim {
     float *dbar_prev; /* overlap delayed-mean: the last round's mean, of M_prev members */
     float *blend;     /* ... and the eager step's Δ̂ */
     int have_prev, M_prev;
+    double *claim;           /* [M] each live member's reported ‖Δ‖² (the claim check) */
     al_commit_codec cc;      /* the codec's round trips, as the agent's */
     double *sent;            /* [M] bytes each member sent this round */
     int *members, *left_out; /* [M] this round's members (site ids) and the outliers */
@@ -146,6 +147,7 @@ static void sim_free(sim *s) {
     free(s->sent);
     free(s->members);
     free(s->left_out);
+    free(s->claim);
     al_commit_codec_free(&s->cc);
 }
 
@@ -301,6 +303,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
                 continue;
             }
             s->members[live] = m;
+            s->claim[live] = st.delta_sq;
             dptr[live] = s->delta[m];
             s->ss[live++] = st;
         }
@@ -319,8 +322,8 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
                                       json_pack("{s:i, s:s}", "site", s->members[j], "why", why));
             }
         if (rc == 0)
-            rc = al_commit_exchange(&s->cc, dptr, s->members, s->left_out, live, s->P, s->dbar,
-                                    s->sent, err);
+            rc = al_commit_exchange(&s->cc, dptr, s->members, s->left_out, s->claim, live, s->P,
+                                    s->dbar, s->sent, NULL, err);
         al_commit_decision d;
         al_site_stats in_mean[AL_COMMIT_MAX_MEMBERS];
         int n_in = 0;
@@ -561,7 +564,8 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     s->sent = calloc((size_t)M, sizeof *s->sent);
     s->members = calloc((size_t)M, sizeof *s->members);
     s->left_out = calloc((size_t)M, sizeof *s->left_out);
-    if (!s->sent || !s->members || !s->left_out)
+    s->claim = calloc((size_t)M, sizeof *s->claim);
+    if (!s->sent || !s->members || !s->left_out || !s->claim)
         return al_errf(err, AL_ENOMEM, "sim: out of memory");
     return al_commit_codec_init(&s->cc, &o->codec, err);
 }

@@ -57,8 +57,9 @@ static void test_fp32_is_the_mean(void **state) {
     assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
     int sites[M] = {0, 2, 5};
     double sent[M];
-    assert_int_equal(
-        al_commit_exchange(&c, (const float *const *)d, sites, NULL, M, P, dbar, sent, &err), 0);
+    assert_int_equal(al_commit_exchange(&c, (const float *const *)d, sites, NULL, NULL, M, P, dbar,
+                                        sent, NULL, &err),
+                     0);
     for (size_t i = 0; i < P; i++) {
         float want = ((d[0][i] + d[1][i]) + d[2][i]) / 3.0f; /* site order, fp32, divided */
         if (memcmp(&want, &dbar[i], 4)) fail_msg("value %zu: %.9g, want %.9g", i, dbar[i], want);
@@ -72,12 +73,64 @@ static void test_fp32_is_the_mean(void **state) {
     }
     /* member 1 left out: the mean of 0 and 2 */
     int out[M] = {0, 1, 0};
-    assert_int_equal(
-        al_commit_exchange(&c, (const float *const *)d, sites, out, M, P, dbar, NULL, &err), 0);
+    assert_int_equal(al_commit_exchange(&c, (const float *const *)d, sites, out, NULL, M, P, dbar,
+                                        NULL, NULL, &err),
+                     0);
     for (size_t i = 0; i < P; i++) {
         float want = (d[0][i] + d[2][i]) / 2.0f;
         if (memcmp(&want, &dbar[i], 4)) fail_msg("left out, value %zu", i);
     }
+    al_commit_codec_free(&c);
+    for (int j = 0; j < M; j++) free(d[j]);
+}
+
+/* The claim check (issue 17): a member whose Δ is ten times longer than the
+ * norm it reported has every part left out of its shard's mean, so Δ̄ is
+ * what leaving it out gives, bit for bit; honest members never trip it, with
+ * fp32 or the coarsest codec (int4, whose error the slack must cover). */
+static void test_claim_check(void **state) {
+    (void)state;
+    float *d[M], dbar[P], want[P];
+    fill(d, M, P, 4);
+    double claim[M];
+    for (int j = 0; j < M; j++) claim[j] = al_sq_norm(d[j], P);
+    al_err err = {0};
+    int sites[M] = {0, 1, 2}, lies = -1;
+    const al_codec_kind kinds[] = {AL_CODEC_FP32, AL_CODEC_INT8, AL_CODEC_INT4};
+    for (size_t k = 0; k < AL_ARRAY_LEN(kinds); k++) {
+        al_commit_codec c;
+        al_codec_cfg cfg = {.kind = kinds[k], .block = 64};
+        assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
+        const float *const *dd = (const float *const *)d;
+        assert_int_equal(
+            al_commit_exchange(&c, dd, sites, NULL, NULL, M, P, want, NULL, NULL, &err), 0);
+        assert_int_equal(
+            al_commit_exchange(&c, dd, sites, NULL, claim, M, P, dbar, NULL, &lies, &err), 0);
+        assert_int_equal(lies, 0);
+        assert_memory_equal(dbar, want, sizeof dbar);
+        al_commit_codec_free(&c);
+    }
+    for (size_t i = 0; i < P; i++) d[1][i] *= 10.0f; /* member 1 lies: claims 1/10 of its Δ */
+    al_commit_codec c;
+    al_codec_cfg cfg = {.kind = AL_CODEC_FP32, .block = 64};
+    assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
+    const float *const *dd = (const float *const *)d;
+    int out[M] = {0, 1, 0};
+    assert_int_equal(al_commit_exchange(&c, dd, sites, out, NULL, M, P, want, NULL, NULL, &err), 0);
+    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, claim, M, P, dbar, NULL, &lies, &err),
+                     0);
+    assert_int_equal(lies, M); /* one part per shard */
+    assert_memory_equal(dbar, want, sizeof dbar);
+    /* the rule itself: at the slack, just past it, and non-finite */
+    float x[2] = {3, 4};
+    double nrm;
+    assert_true(
+        al_commit_fits_claim(x, 2, 25.0 / (AL_COMMIT_CLAIM_SLACK * AL_COMMIT_CLAIM_SLACK), &nrm));
+    assert_true(nrm == 5.0);
+    assert_false(
+        al_commit_fits_claim(x, 2, 24.9 / (AL_COMMIT_CLAIM_SLACK * AL_COMMIT_CLAIM_SLACK), &nrm));
+    x[1] = NAN;
+    assert_false(al_commit_fits_claim(x, 2, 1e30, &nrm));
     al_commit_codec_free(&c);
     for (int j = 0; j < M; j++) free(d[j]);
 }
@@ -92,8 +145,9 @@ static void test_int8_within_bounds(void **state) {
     assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
     int sites[M] = {0, 1, 2};
     double sent[M];
-    assert_int_equal(
-        al_commit_exchange(&c, (const float *const *)d, sites, NULL, M, P, dbar, sent, &err), 0);
+    assert_int_equal(al_commit_exchange(&c, (const float *const *)d, sites, NULL, NULL, M, P, dbar,
+                                        sent, NULL, &err),
+                     0);
     double worst = 0, bound = 0;
     for (int j = 0; j < M; j++) bound += al_codec_error_bound(&cfg, d[j], P) / M;
     float mean[P];
@@ -194,17 +248,21 @@ static void test_bad_input(void **state) {
     assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
     const float *const *dd = (const float *const *)d;
     int sites[M] = {0, 1, 2}, all[M] = {1, 1, 1};
-    assert_int_equal(al_commit_exchange(&c, dd, sites, all, M, P, dbar, NULL, &err), AL_EINVAL);
+    assert_int_equal(al_commit_exchange(&c, dd, sites, all, NULL, M, P, dbar, NULL, NULL, &err),
+                     AL_EINVAL);
     print_message("  %s\n", err.msg);
     int twisted[M] = {0, 2, 1};
-    assert_int_equal(al_commit_exchange(&c, dd, twisted, NULL, M, P, dbar, NULL, &err), AL_EINVAL);
+    assert_int_equal(al_commit_exchange(&c, dd, twisted, NULL, NULL, M, P, dbar, NULL, NULL, &err),
+                     AL_EINVAL);
     print_message("  %s\n", err.msg);
-    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, 0, P, dbar, NULL, &err), AL_EINVAL);
-    assert_int_equal(
-        al_commit_exchange(&c, dd, sites, NULL, AL_COMMIT_MAX_MEMBERS + 1, P, dbar, NULL, &err),
-        AL_EINVAL);
+    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, NULL, 0, P, dbar, NULL, NULL, &err),
+                     AL_EINVAL);
+    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, NULL, AL_COMMIT_MAX_MEMBERS + 1, P,
+                                        dbar, NULL, NULL, &err),
+                     AL_EINVAL);
     d[1][500] = NAN;
-    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, M, P, dbar, NULL, &err), AL_ENUMERIC);
+    assert_int_equal(al_commit_exchange(&c, dd, sites, NULL, NULL, M, P, dbar, NULL, NULL, &err),
+                     AL_ENUMERIC);
     print_message("  %s\n", err.msg);
     al_commit_codec_free(&c);
     al_codec_cfg bad = {.kind = AL_CODEC_INT8, .block = 3};
@@ -245,7 +303,7 @@ static void test_overlap_merge(void **state) {
     assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
     const float *d[2] = {da, db};
     int sites[2] = {0, 1};
-    assert_int_equal(al_commit_exchange(&c, d, sites, NULL, 2, 2, dbar, NULL, &err), 0);
+    assert_int_equal(al_commit_exchange(&c, d, sites, NULL, NULL, 2, 2, dbar, NULL, NULL, &err), 0);
     assert_float_equal(dbar[0], 0.15f, 1e-6);
     assert_float_equal(dbar[1], 0.0f, 1e-6);
     al_outer_cfg oc;
@@ -278,7 +336,7 @@ int main(void) {
         cmocka_unit_test(test_shard_range),        cmocka_unit_test(test_fp32_is_the_mean),
         cmocka_unit_test(test_int8_within_bounds), cmocka_unit_test(test_outliers),
         cmocka_unit_test(test_decide_and_step),    cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_overlap_merge),
+        cmocka_unit_test(test_overlap_merge),      cmocka_unit_test(test_claim_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

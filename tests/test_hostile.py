@@ -17,13 +17,16 @@ site). While a and b train, c:
   - opens 8 such streams as mallory: all refused at once (PERMISSION_DENIED);
   - never sends statistics, so a and b leave it out of every round.
 Then a and b must finish with status 0 and the same theta, their logs naming
-c, within a time that shows the idle streams did not hold their rounds.
+c, within a time that shows the idle streams did not hold their rounds, and
+no round committed while c's idle streams were open may come more than one
+heartbeat (1 s) later than the rounds before them did (a's commit times).
 
 usage: test_hostile.py AUTOLOCO PROTO_DIR
 Exits 77 (meson's "skipped") when grpcio, protobuf or protoc is missing.
 """
 import json
 import os
+import statistics
 import shutil
 import socket
 import subprocess
@@ -79,7 +82,7 @@ val = {tmp}/data/val.bin
 [inner]
 batch = 4
 seq = 32
-steps = 120
+steps = 600
 warmup = 5
 lr = 1e-2
 threads = 1
@@ -254,13 +257,14 @@ def attack(pb, tmp, ports):
           str([getattr(c, "name", c) for c in codes]))
     relm.set()
     chm.close()
+    t_idle = time.time()
     chc, relc, futc = idle("c", 8)
     time.sleep(1.0)
     refused = sum(1 for f in futc if outcome(f, 0.01) == grpc.StatusCode.RESOURCE_EXHAUSTED)
     check("8 idle streams as c -> 6 refused RESOURCE_EXHAUSTED, 2 held", refused == 6,
           f"refused {refused}")
     ch.close()
-    return chc, relc, futc
+    return chc, relc, futc, t_idle
 
 
 def main():
@@ -315,10 +319,25 @@ def main():
               any("refused c: RESOURCE_EXHAUSTED" in ln for ln in refusals) and
               any("refused mallory: PERMISSION_DENIED" in ln for ln in refusals),
               " | ".join(sorted(set(ln[:110] for ln in refusals))))
-        # 12 rounds, each waiting at most deadline_s (3 s) for c's statistics;
+        # 60 rounds, each waiting at most deadline_s (3 s) for c's statistics;
         # idle streams holding threads would add deadlines on top
-        check("the run took no longer than its rounds' deadlines allow", dt < 12 * 3 + 40,
+        check("the run took no longer than its rounds' deadlines allow", dt < 60 * 3 + 40,
               f"{dt:.1f} s")
+        # and per round: c's 2 idle streams (held to the end) and the 6 refused
+        # delay no round by more than one heartbeat (1 s). The spacing of a's
+        # commits while they are open against before they were opened (each
+        # round waits deadline_s for c's statistics either way)
+        ts = [json.loads(ln)["t"] for ln in open(f"{tmp}/run-a/events.jsonl")
+              if '"round"' in ln and json.loads(ln).get("event", "round") == "round"]
+        gaps = [(t1, t1 - t0) for t0, t1 in zip(ts, ts[1:])]
+        before = [g for t, g in gaps if t < held[3]]
+        during = [g for t, g in gaps if t - g > held[3] + 1.0]
+        med = statistics.median(before) if before else float("nan")
+        worst = max(during) if during else float("nan")
+        check("idle streams delay no round by more than one heartbeat (1 s)",
+              len(before) >= 1 and len(during) >= 3 and worst - med <= 1.0,
+              f"commit spacing before the idle streams: median {med:.2f} s of {len(before)}; "
+              f"while they are open: worst {worst:.2f} s of {len(during)}")
     finally:
         for p in procs:
             if p.poll() is None:
