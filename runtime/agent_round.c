@@ -291,6 +291,7 @@ static int do_train(agent *a, al_err *err) {
     if (a->t_first_train == 0) a->t_first_train = a->t_round0;
     int rc = 0;
     if (a->overlap && a->round == a->fault_corrupt) ag_corrupt(a); /* the driver's, see there */
+    if (a->overlap && a->round == a->fault_freeze) raise(SIGSTOP);
     if (a->bg_running && a->bg_round == a->round) {
         rc = ag_bg_join(a, err);
     } else {

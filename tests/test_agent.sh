@@ -445,6 +445,32 @@ else
     no "poisoning with the guard off did not hurt: eval $off vs $ref"
 fi
 
+# The liar (the claim check): c sends 50.0 in every element but reports the
+# norm of its honest Δ, so the median rule passes it. a and b leave its parts
+# out of their shards' means and refuse the mean shard c computes (longer than
+# any reported Δ), leave c out of the round's later attempts, say so, and end
+# where a and b alone end.
+dir=r2e-liar
+PORTS=($(port) $(port) $(port))
+for s in a b c; do conf $dir $s "a b c"; done
+start $dir a
+start $dir b
+AL_FAULT=liar:50 start $dir c
+rc=0
+await "$PID_a" 400 || rc=1
+await "$PID_b" 400 || rc=1
+await "$PID_c" 400
+liar=$(evl $dir/run-a/summary.json)
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json)
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] &&
+    grep -q "leaving c's part of shard .* exceeds the |delta| .* it reported" $dir/a.log &&
+    grep -q "mean shard from c refused: its norm .* exceeds the longest |delta|" $dir/b.log &&
+    python3 -c "import sys; r, v = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(v - r) > 0.02 * r)" "$ref" "$liar"; then
+    ok "a liar (50.0 sent, the honest |delta| reported): its parts and its mean shard refused with log lines; a and b agree and end within 2% of a run without it ($liar vs $ref)"
+else
+    no "liar: status $rc, hashes $ha $hb, eval $liar vs $ref: $(grep -h 'lies\|refused\|error' $dir/a.log $dir/b.log | head -3)"
+fi
+
 # ---- 3. exact resume ---------------------------------------------------------------
 # run2 DIR [resume] -- sites a and b of DIR to the end (resume: each from its
 # checkpoints); status 0 if both end with 0
@@ -662,6 +688,30 @@ m["files"]["agent.json"] = hashlib.sha256(open(f"{d}/agent.json", "rb").read()).
 open(f"{d}/manifest.json", "w").write(json.dumps(m))
 EOF
 expect_err "counter autoloco_syncs_total: not a finite number >= 0" -- "$bin" agent -c r5/b.ini --resume r5bad
+
+# [outer] overlap's record of the next interval (agent.json overlap_interval):
+# refused by a configuration without overlap, and refused when malformed
+# (both with a matching SHA-256, as above)
+ovck() { # ovck DIR STATE -- r5/run-b's newest checkpoint into DIR with that record
+    mkdir -p "$1"
+    cp -r "$(ls -d r5/run-b/step-* | sort | tail -n 1)" "$1/"
+    /usr/bin/python3 - "$1"/step-* "$2" <<'EOF2'
+import hashlib, json, sys
+d = sys.argv[1]
+a = json.load(open(f"{d}/agent.json"))
+a["overlap_interval"] = {"round": a["round"], "h": 50, "state": sys.argv[2]}
+open(f"{d}/agent.json", "w").write(json.dumps(a))
+m = json.load(open(f"{d}/manifest.json"))
+m["files"]["agent.json"] = hashlib.sha256(open(f"{d}/agent.json", "rb").read()).hexdigest()
+open(f"{d}/manifest.json", "w").write(json.dumps(m))
+EOF2
+}
+ovck r5ov pending
+expect_err "saved with \[outer\] overlap = delayed .*this configuration has overlap = none" -- \
+    "$bin" agent -c r5/b.ini --resume r5ov --set outer.overlap=none
+ovck r5ovbad halfway
+expect_err "overlap_interval: expected .*pending.*trained" -- \
+    "$bin" agent -c r5/b.ini --resume r5ovbad --set outer.overlap=delayed
 
 # a 2-worker site refuses a checkpoint without the workers' state (one written
 # before it was saved: its data position is not theirs), naming the manifest
