@@ -13,7 +13,14 @@
  *
  * 1: the overlapped run took no longer than its compute; 0: no gain. The last
  * exchange of a run has no interval beside it, so R rounds hide at most about
- * (R − 1)/R of the exchange time. Medians over --runs repetitions. */
+ * (R − 1)/R of the exchange time. Medians over --runs repetitions.
+ *
+ * The defaults (demo preset, H = 200, 24 rounds, 3 Mbit/s) make the blocking
+ * exchange about a third of the wall time while each exchange stays shorter
+ * than an interval. Short intervals measure this machine instead: with two
+ * sites training on two cores, an overlapped exchange's own CPU work (TLS,
+ * gRPC, the proxies) is taken from training, which H = 50 showed as 15-20 %
+ * more compute time (docs/results/overlap.md). */
 #include "al_cli.h"
 #include "al_transport.h"
 #include "al_wanem.h"
@@ -24,6 +31,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +47,7 @@ typedef struct ov_opts {
 
 typedef struct ov_run {
     double wall_s, compute_s, comm_s, hidden_s;
+    double cpu_s; /* the sites' processes' CPU time (user + system), summed */
     char hash[65];
 } ov_run;
 
@@ -52,12 +61,12 @@ static void usage(FILE *f) {
                "options:\n"
                "  --sites N      2 or 3 (default 2)\n"
                "  --preset P     model preset (default demo)\n"
-               "  --steps S      inner steps per site (default 1200)\n"
-               "  --h H          fixed sync interval (default 50)\n"
+               "  --steps S      inner steps per site (default 4800: 24 rounds)\n"
+               "  --h H          fixed sync interval (default 200)\n"
                "  --batch B      microbatch rows (default 4)\n"
                "  --seq T        microbatch row length (default 64)\n"
                "  --codec C      pseudo-gradient codec (default int8)\n"
-               "  --mbit R       link rate per direction, Mbit/s (default 16)\n"
+               "  --mbit R       link rate per direction, Mbit/s (default 3)\n"
                "  --delay-ms D   one-way delay (default 10)\n"
                "  --runs N       repetitions (default 3)\n"
                "  --dir DIR      work folder (default: a new one under /tmp)\n"
@@ -108,15 +117,21 @@ static int run_job(const ov_opts *o, const int *grpc, const int *proxy, const ch
         n++;
     }
     int bad = -1;
+    double cpu = 0;
     for (int s = 0; s < o->sites; s++) {
         int st = 0;
-        waitpid(pids[s], &st, 0);
+        struct rusage ru;
+        memset(&ru, 0, sizeof ru);
+        wait4(pids[s], &st, 0, &ru);
+        cpu += (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+               (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
         if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && bad < 0) bad = s;
     }
     if (bad >= 0)
         return al_errf(err, AL_EPEER, "%s run: site %c failed (see %s/%s-%c.log)", mode, 'a' + bad,
                        o->dir, mode, 'a' + bad);
     memset(r, 0, sizeof *r);
+    r->cpu_s = cpu;
     for (int s = 0; s < o->sites; s++) {
         char path[1300];
         snprintf(path, sizeof path, "%s/%s-%c/summary.json", o->dir, mode, 'a' + s);
@@ -222,9 +237,9 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
                  .runs = 3,
                  .batch = 4,
                  .seq = 64,
-                 .steps = 1200,
-                 .h = 50,
-                 .mbit = 16,
+                 .steps = 4800,
+                 .h = 200,
+                 .mbit = 3,
                  .delay_ms = 10,
                  .preset = "demo",
                  .codec = "int8"};
@@ -262,8 +277,8 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
     printf("bench overlap: %d sites, preset %s, %ld steps, H %ld, microbatch %dx%d, codec %s, "
            "links %.1f Mbit/s + %.0f ms; folder %s\n",
            o.sites, o.preset, o.steps, o.h, o.batch, o.seq, o.codec, o.mbit, o.delay_ms, o.dir);
-    printf("%4s %10s %12s %12s %12s %12s %10s\n", "run", "mode", "wall_s", "compute_s", "comm_s",
-           "hidden_s", "hidden");
+    printf("%4s %10s %12s %12s %12s %12s %10s %10s\n", "run", "mode", "wall_s", "compute_s",
+           "comm_s", "hidden_s", "cpu_s", "hidden");
     fflush(stdout);
     double wb[99], wo[99], cb[99], fr[99], share[99];
     int n = 0;
@@ -277,10 +292,10 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         share[n] = b.wall_s > 0 ? (b.wall_s - b.compute_s) / b.wall_s : 0;
         fr[n] =
             b.wall_s > b.compute_s ? 1 - (v.wall_s - b.compute_s) / (b.wall_s - b.compute_s) : NAN;
-        printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10s\n", k + 1, "blocking", b.wall_s,
-               b.compute_s, b.comm_s, b.hidden_s, "");
-        printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %9.1f%%   comm_hidden_fraction %.3f\n", k + 1,
-               "delayed", v.wall_s, v.compute_s, v.comm_s, v.hidden_s,
+        printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10.2f %10s\n", k + 1, "blocking", b.wall_s,
+               b.compute_s, b.comm_s, b.hidden_s, b.cpu_s, "");
+        printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10.2f %9.1f%%   comm_hidden_fraction %.3f\n",
+               k + 1, "delayed", v.wall_s, v.compute_s, v.comm_s, v.hidden_s, v.cpu_s,
                v.comm_s > 0 ? 100 * v.hidden_s / v.comm_s : 0.0, fr[n]);
         fflush(stdout);
         n++;
