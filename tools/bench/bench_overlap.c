@@ -167,7 +167,7 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static int parse(int argc, char **argv, ov_opts *o, al_err *err) {
+static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
     static const struct option opts[] = {
         {"sites", required_argument, 0, 's'},    {"preset", required_argument, 0, 'P'},
         {"steps", required_argument, 0, 'n'},    {"h", required_argument, 0, 'H'},
@@ -223,7 +223,8 @@ static int parse(int argc, char **argv, ov_opts *o, al_err *err) {
             break;
         case 'h':
             usage(stdout);
-            return 1;
+            *help = 1;
+            return 0;
         default:
             usage(stderr);
             return AL_CLI_USAGE;
@@ -243,8 +244,8 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
                  .delay_ms = 10,
                  .preset = "demo",
                  .codec = "int8"};
-    int rc = parse(argc, argv, &o, err);
-    if (rc) return rc == 1 ? 0 : rc;
+    int help = 0, rc = parse(argc, argv, &o, &help, err);
+    if (rc || help) return rc;
     signal(SIGPIPE, SIG_IGN); /* the proxies write to sockets an agent may have closed */
     if (!o.dir[0]) {
         snprintf(o.dir, sizeof o.dir, "/tmp/autoloco-bench-overlap-XXXXXX");
