@@ -338,7 +338,6 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     }
     double eval = NAN;
     if (rc == 0) rc = ag_drive(a, &eval, err);
-    ag_bg_discard(a, 1); /* an error left an interval training: stop it before saving or freeing */
     if (rc == 0 && g_agent_stop) {
         al_logf(&a->log, AL_LOG_INFO, "site %s: signal %d, saving and stopping", c->site_name,
                 (int)g_agent_stop);

@@ -216,16 +216,17 @@ int ag_load(agent *a, const char *path, al_err *err) {
         if (!strcmp(state, "pending")) {
             a->bg_pending = 1;
         } else { /* trained: its start beside the checkpoint (the manifest checked it) */
-            char g[4300];
+            char g[4300], *buf = NULL;
+            size_t n = 0;
             snprintf(g, sizeof g, "%s/interval_start.bin", dir);
-            FILE *fp = fopen(g, "rb");
-            size_t got = fp ? fread(a->from, sizeof(float), a->P, fp) : 0;
-            int more = fp ? fgetc(fp) != EOF : 0;
-            if (fp) fclose(fp);
-            if (got != a->P || more)
-                rc = al_errf(err, AL_EFORMAT, "%s: missing, or not %zu floats", g, a->P);
-            else
+            rc = al_read_file(g, &buf, &n, err);
+            if (rc == 0 && n != a->P * sizeof(float))
+                rc = al_errf(err, AL_EFORMAT, "%s: %zu bytes, not %zu floats", g, n, a->P);
+            if (rc == 0) {
+                memcpy(a->from, buf, n);
                 a->bg_trained = 1;
+            }
+            free(buf);
         }
     }
     json_decref(m);

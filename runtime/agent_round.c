@@ -245,7 +245,7 @@ static void check_finished(agent *a) {
 
 /* ---- the actions ---------------------------------------------------------------------- */
 
-/* Overlap: is a checkpoint due when round r + 1 begins (do_apply saves it)? */
+/* Is a checkpoint due when round `next_round` begins (do_apply saves it)? */
 static int ckpt_due(const agent *a, long next_round) {
     return a->cfg->checkpoint_every > 0 && next_round % a->cfg->checkpoint_every == 0;
 }
@@ -603,8 +603,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     a->round++;
     if ((rc = enter_round(a, err))) return rc;
     check_finished(a);
-    if (!a->finished && a->cfg->checkpoint_every > 0 && a->round % a->cfg->checkpoint_every == 0 &&
-        !a->bg_running && (rc = ag_save(a, err)))
+    if (!a->finished && ckpt_due(a, a->round) && !a->bg_running && (rc = ag_save(a, err)))
         return rc;
     /* overlap: the interval that waited for this commit (a checkpoint) */
     if (a->bg_pending && !a->finished && a->bg_round == a->round)

@@ -712,6 +712,9 @@ expect_err "saved with \[outer\] overlap = delayed .*this configuration has over
 ovck r5ovbad halfway
 expect_err "overlap_interval: expected .*pending.*trained" -- \
     "$bin" agent -c r5/b.ini --resume r5ovbad --set outer.overlap=delayed
+# "trained" without the interval's start beside it (interval_start.bin)
+ovck r5ovtr trained
+expect_err "interval_start.bin" -- "$bin" agent -c r5/b.ini --resume r5ovtr --set outer.overlap=delayed
 
 # a 2-worker site refuses a checkpoint without the workers' state (one written
 # before it was saved: its data position is not theirs), naming the manifest
