@@ -247,8 +247,7 @@ static int run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al
  * estimate of θ_{r+1}: docs/outer.md). The committed state is untouched. */
 static int eager_start(sim *s, int m, const al_site_stats *st, al_err *err) {
     double s_r = s->o->progress == AL_SIM_PROGRESS_LR ? st->lr_sum : (double)st->steps;
-    const float *prev =
-        s->o->overlap == AL_OVERLAP_DELAYED_MEAN && s->have_prev ? s->dbar_prev : NULL;
+    const float *prev = s->have_prev ? s->dbar_prev : NULL; /* delayed-mean only */
     return al_commit_eager(&s->eager, &s->outer[m], s->delta[m], s_r, prev, s->M_prev, s->blend,
                            s->tr[m].model.params, err);
 }
@@ -267,7 +266,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
     double prev_comm = 0; /* the WAN model's seconds for the last exchange: each site's comm_s */
     /* overlap delayed: the H the decision of the round before set (interval
      * r + 1 starts before round r's decision), and the projected time */
-    int delayed = o->overlap == AL_OVERLAP_DELAYED || o->overlap == AL_OVERLAP_DELAYED_MEAN;
+    int delayed = o->overlap != AL_OVERLAP_NONE;
     int64_t h_queued = h;
     double t_overlap = 0;
     const float **dptr = malloc((size_t)M * sizeof *dptr);
@@ -346,9 +345,11 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
             break;
         }
         /* overlap delayed-mean: the next eager steps guess the others' Δ by this mean */
-        memcpy(s->dbar_prev, s->dbar, s->P * sizeof(float));
-        s->have_prev = 1;
-        s->M_prev = n_in;
+        if (o->overlap == AL_OVERLAP_DELAYED_MEAN) {
+            memcpy(s->dbar_prev, s->dbar, s->P * sizeof(float));
+            s->have_prev = 1;
+            s->M_prev = n_in;
+        }
         const al_round_stats rs = d.rs;
         int64_t h_next = d.h_next;
         double floor_h = d.comm_floor, sent_max = 0, bytes_round = 0;
@@ -548,9 +549,12 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     s->from = calloc((size_t)M, sizeof *s->from);
     s->ss = calloc((size_t)M, sizeof *s->ss);
     s->dbar = malloc(s->P * sizeof(float));
-    s->dbar_prev = malloc(s->P * sizeof(float));
-    s->blend = malloc(s->P * sizeof(float));
-    if (!s->outer || !s->delta || !s->from || !s->ss || !s->dbar || !s->dbar_prev || !s->blend)
+    if (o->overlap == AL_OVERLAP_DELAYED_MEAN) { /* its eager step's last mean and Δ̂ */
+        s->dbar_prev = malloc(s->P * sizeof(float));
+        s->blend = malloc(s->P * sizeof(float));
+        if (!s->dbar_prev || !s->blend) return al_errf(err, AL_ENOMEM, "sim: out of memory");
+    }
+    if (!s->outer || !s->delta || !s->from || !s->ss || !s->dbar)
         return al_errf(err, AL_ENOMEM, "sim: out of memory");
     for (int m = 0; m < M && rc == 0; m++) {
         rc = al_outer_init(&s->outer[m], &oc, s->tr[0].model.params, s->P, err);
