@@ -259,8 +259,8 @@ static int ckpt_due(const agent *a, long next_round) {
 static int next_interval(agent *a, al_err *err) {
     if (a->step >= a->cfg->inner_steps) return 0;
     double s_r = a->progress_lr ? a->iv.lr_sum : (double)a->iv.steps;
-    int rc =
-        al_commit_eager(&a->eager, &a->outer, a->delta, s_r, NULL, 0, NULL, ag_theta_local(a), err);
+    al_eager_in in = {.delta = a->delta};
+    int rc = al_commit_eager(&a->eager, &a->outer, &in, s_r, ag_theta_local(a), err);
     if (rc) return al_err_prefix(err, "round %ld: the eager start", a->round);
     if (*a->stop || ckpt_due(a, a->round + 1)) {
         a->bg_pending = 1;

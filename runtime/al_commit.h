@@ -117,11 +117,16 @@ int al_commit_step(al_outer *o, const float *dbar, const al_commit_decision *d, 
  *            docs/outer.md, "Overlapping the exchange with compute".
  *   delayed-mean: as delayed, but the eager step takes the others' last mean
  *            for theirs: Δ̂ = Δ^m/M + (M − 1)/M · Δ̄_{r−1} (al_commit_eager's
- *            dbar_prev; the simulator only, for now). */
+ *            dbar_prev; the simulator only: it diverges, docs/outer.md).
+ *   delayed-mid: as delayed, but the eager step measures the interval's
+ *            displacement from halfway between where it started and the θ it
+ *            was re-based onto: Δ̂ = Δ^m − (s^m − θ_r)/2, so that the start's
+ *            own error is not fed back whole (docs/outer.md). */
 #define AL_OVERLAPS(X)                                                                             \
     X(AL_OVERLAP_NONE, "none")                                                                     \
     X(AL_OVERLAP_DELAYED, "delayed")                                                               \
-    X(AL_OVERLAP_DELAYED_MEAN, "delayed-mean")
+    X(AL_OVERLAP_DELAYED_MEAN, "delayed-mean")                                                     \
+    X(AL_OVERLAP_DELAYED_MID, "delayed-mid")
 typedef enum {
 #define AL_OVERLAP_ENUM(e, s) e,
     AL_OVERLAPS(AL_OVERLAP_ENUM)
@@ -140,17 +145,26 @@ const char *al_overlap_name(al_overlap o);
 int al_commit_merge(float *theta_local, const float *theta_from, const float *theta_global,
                     size_t n, float *delta, double *delta_sq, al_err *err);
 
+/* What the eager step of one site knows (al_commit_eager). */
+typedef struct {
+    const float *delta;     /* Δ^m_r: the interval's own displacement (al_commit_merge's) */
+    const float *from;      /* delayed-mid: where the interval started (s^m_r); else NULL */
+    const float *dbar_prev; /* delayed-mean: the last round's mean, of M members; else NULL */
+    int M;
+    float *blend; /* n floats of scratch for Δ̂ when from or dbar_prev is set */
+} al_eager_in;
+
 /* The eager start of the next interval (overlap delayed): the outer step this
  * site would take with its own Δ^m in place of Δ̄,
- *     out = OuterStep(o's θ and momentum; delta, s_r)
+ *     out = OuterStep(o's θ and momentum; Δ̂, s_r)
  * taken on `scratch` (initialised here on first use, then reused; free it
  * with al_outer_free), so `o` is untouched. s_r: the interval's progress (Σ η
- * or its steps). The simulator and the agent both start there. With
- * dbar_prev (overlap delayed-mean; NULL: none) the step takes
- *     Δ̂ = Δ^m/M + (M − 1)/M · dbar_prev
- * for Δ, built in `blend` (n floats): the others' current Δ guessed by the
- * last round's mean. */
-int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, double s_r,
-                    const float *dbar_prev, int M, float *blend, float *out, al_err *err);
+ * or its steps). The simulator and the agent both start there. Δ̂:
+ *     delayed:      Δ^m
+ *     delayed-mid:  Δ^m − (from − θ_r)/2      (θ_r: o's θ, the committed one)
+ *     delayed-mean: Δ^m/M + (M − 1)/M · dbar_prev
+ * built in `blend`. */
+int al_commit_eager(al_outer *scratch, const al_outer *o, const al_eager_in *in, double s_r,
+                    float *out, al_err *err);
 
 #endif

@@ -161,8 +161,8 @@ int al_overlap_parse(const char *s, al_overlap *out, al_err *err) {
             *out = (al_overlap)i;
             return 0;
         }
-    return al_errf(err, AL_ECONFIG, "overlap '%s': expected none, delayed or delayed-mean",
-                   s ? s : "");
+    return al_errf(err, AL_ECONFIG,
+                   "overlap '%s': expected none, delayed, delayed-mean or delayed-mid", s ? s : "");
 }
 
 const char *al_overlap_name(al_overlap o) {
@@ -185,8 +185,8 @@ int al_commit_merge(float *theta_local, const float *theta_from, const float *th
     return 0;
 }
 
-int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, double s_r,
-                    const float *dbar_prev, int M, float *blend, float *out, al_err *err) {
+int al_commit_eager(al_outer *scratch, const al_outer *o, const al_eager_in *in, double s_r,
+                    float *out, al_err *err) {
     if (scratch->n != o->n) {
         al_outer_free(scratch);
         int rc = al_outer_init(scratch, &o->cfg, o->theta, o->n, err);
@@ -195,10 +195,20 @@ int al_commit_eager(al_outer *scratch, const al_outer *o, const float *delta, do
     memcpy(scratch->theta, o->theta, o->n * sizeof(float));
     memcpy(scratch->mom, o->mom, o->n * sizeof(float));
     scratch->steps = o->steps;
-    if (dbar_prev && M > 1) {
-        float w = 1.0f / (float)M, v = (float)(M - 1) / (float)M;
-        for (size_t i = 0; i < o->n; i++) blend[i] = w * delta[i] + v * dbar_prev[i];
-        delta = blend;
+    const float *delta = in->delta;
+    if (in->from) {
+        /* delayed-mid. Where the interval converges within H steps, its Δ^m
+         * carries its start's error e = s^m − θ_r whole (Δ^m = s^m − end);
+         * where it barely moves, Δ^m − e carries −e. The outer step multiplies
+         * either by α(1 + μ) (1.33 at lr 0.7, Nesterov 0.9): the error grows
+         * round on round. Halfway, ±e/2, it shrinks in both (docs/outer.md). */
+        for (size_t i = 0; i < o->n; i++)
+            in->blend[i] = in->delta[i] - 0.5f * (in->from[i] - o->theta[i]);
+        delta = in->blend;
+    } else if (in->dbar_prev && in->M > 1) {
+        float w = 1.0f / (float)in->M, v = (float)(in->M - 1) / (float)in->M;
+        for (size_t i = 0; i < o->n; i++) in->blend[i] = w * in->delta[i] + v * in->dbar_prev[i];
+        delta = in->blend;
     }
     int rc = al_outer_step(scratch, delta, s_r, err);
     if (rc == 0) memcpy(out, scratch->theta, o->n * sizeof(float));

@@ -247,9 +247,10 @@ static int run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al
  * estimate of θ_{r+1}: docs/outer.md). The committed state is untouched. */
 static int eager_start(sim *s, int m, const al_site_stats *st, al_err *err) {
     double s_r = s->o->progress == AL_SIM_PROGRESS_LR ? st->lr_sum : (double)st->steps;
-    const float *prev = s->have_prev ? s->dbar_prev : NULL; /* delayed-mean only */
-    return al_commit_eager(&s->eager, &s->outer[m], s->delta[m], s_r, prev, s->M_prev, s->blend,
-                           s->tr[m].model.params, err);
+    al_eager_in in = {.delta = s->delta[m], .blend = s->blend, .M = s->M_prev};
+    if (s->o->overlap == AL_OVERLAP_DELAYED_MID) in.from = s->from[m];
+    if (s->have_prev) in.dbar_prev = s->dbar_prev; /* delayed-mean only */
+    return al_commit_eager(&s->eager, &s->outer[m], &in, s_r, s->tr[m].model.params, err);
 }
 
 /* One round of the outer loop, as the agents do it (al_commit.h): each site's
@@ -549,11 +550,12 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
     s->from = calloc((size_t)M, sizeof *s->from);
     s->ss = calloc((size_t)M, sizeof *s->ss);
     s->dbar = malloc(s->P * sizeof(float));
-    if (o->overlap == AL_OVERLAP_DELAYED_MEAN) { /* its eager step's last mean and Δ̂ */
-        s->dbar_prev = malloc(s->P * sizeof(float));
-        s->blend = malloc(s->P * sizeof(float));
-        if (!s->dbar_prev || !s->blend) return al_errf(err, AL_ENOMEM, "sim: out of memory");
-    }
+    if (o->overlap == AL_OVERLAP_DELAYED_MEAN) /* its eager step's last mean */
+        if (!(s->dbar_prev = malloc(s->P * sizeof(float))))
+            return al_errf(err, AL_ENOMEM, "sim: out of memory");
+    if (o->overlap == AL_OVERLAP_DELAYED_MEAN || o->overlap == AL_OVERLAP_DELAYED_MID)
+        if (!(s->blend = malloc(s->P * sizeof(float)))) /* the eager step's Δ̂ */
+            return al_errf(err, AL_ENOMEM, "sim: out of memory");
     if (!s->outer || !s->delta || !s->from || !s->ss || !s->dbar)
         return al_errf(err, AL_ENOMEM, "sim: out of memory");
     for (int m = 0; m < M && rc == 0; m++) {
