@@ -215,8 +215,13 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     a->dbar = malloc(a->P * sizeof(float));
     a->part = malloc(a->P * sizeof(float));
     if (!a->delta || !a->dbar || !a->part) return al_errf(err, AL_ENOMEM, "agent: out of memory");
-    a->overlap = !strcmp(c->outer_overlap, "delayed");
-    if (a->overlap && !(a->from = malloc(a->P * sizeof(float))))
+    if ((rc = al_overlap_parse(c->outer_overlap, &a->overlap, err)))
+        return al_err_prefix(err, "[outer] overlap");
+    if (a->overlap && (!(a->from = malloc(a->P * sizeof(float))) ||
+                       !(a->iv_from = malloc(a->P * sizeof(float))) ||
+                       !(a->iv_end = malloc(a->P * sizeof(float)))))
+        return al_errf(err, AL_ENOMEM, "agent: out of memory");
+    if (a->overlap == AL_OVERLAP_DELAYED_MID && !(a->blend = malloc(a->P * sizeof(float))))
         return al_errf(err, AL_ENOMEM, "agent: out of memory");
     return al_metrics_init(&a->met, c->site_name, err);
 }
@@ -252,6 +257,9 @@ static void teardown(agent *a) {
     al_outer_free(&a->pulled);
     al_outer_free(&a->eager);
     free(a->from);
+    free(a->blend);
+    free(a->iv_from);
+    free(a->iv_end);
     if (a->pol) al_policy_free(a->pol);
     free(a->delta);
     free(a->dbar);
@@ -283,7 +291,7 @@ static void write_summary(agent *a, double eval) {
     /* the time this process spent from its first interval to its last commit,
      * and in it: training, the rounds' exchanges, and of those what ran beside
      * training ([outer] overlap); `bench overlap` reads them */
-    json_object_set_new(m, "overlap", json_string(a->overlap ? "delayed" : "none"));
+    json_object_set_new(m, "overlap", json_string(al_overlap_name(a->overlap)));
     json_object_set_new(
         m, "train_wall_s",
         json_real(a->t_last_commit > a->t_first_train ? a->t_last_commit - a->t_first_train : 0));

@@ -207,7 +207,7 @@ int ag_load(agent *a, const char *path, al_err *err) {
                      f, (long long)round);
     if (rc == 0 && pi && !a->overlap)
         rc = al_errf(err, AL_EMISMATCH,
-                     "%s: saved with [outer] overlap = delayed (the next interval's start is "
+                     "%s: saved with [outer] overlap on (the next interval's start is "
                      "in it); this configuration has overlap = none",
                      f);
     if (rc == 0 && pi) {

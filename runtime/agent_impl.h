@@ -173,8 +173,11 @@ typedef struct agent {
      * thread of its own while the driver exchanges and votes round r. While
      * bg_running the thread owns θ_local, the trainer (or the workers) and
      * bg_iv; the driver touches none of them until ag_bg_join. */
-    int overlap;         /* 1: delayed */
+    al_overlap overlap;  /* AL_OVERLAP_NONE (0), _DELAYED or _DELAYED_MID */
     float *from;         /* P floats: where the interval being trained (or pending) started */
+    float *blend;        /* P floats (delayed-mid): the eager step's Δ̂ */
+    float *iv_from;      /* P floats: where the last merged interval started ... */
+    float *iv_end;       /* ... and ended (before the merge): ag_bg_settle's rewind */
     al_outer eager;      /* scratch for the eager start (al_commit_eager) */
     pthread_t bg_thread; /* trains interval bg_round */
     int bg_running;      /* started and not joined */
@@ -328,7 +331,10 @@ int ag_bg_join(agent *a, al_err *err);
 void ag_bg_discard(agent *a, int keep_start);
 /* At the end of the run (a stop): an interval of the round to come that is
  * training runs to its end and is kept (bg_trained), so the checkpoint holds
- * it; one of another round is discarded back to its start. */
+ * it; one of another round is discarded back to its start. If the stop came
+ * before this round committed (the next interval's start is an eager guess
+ * from its Δ), the round's own interval is kept instead, trained and not yet
+ * merged: a resumed run exchanges it again. */
 int ag_bg_settle(agent *a, al_err *err);
 /* Is the thread's interval over (it may still need joining)? */
 int ag_bg_finished(agent *a, double *t_end);

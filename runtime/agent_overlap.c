@@ -171,17 +171,34 @@ void ag_bg_discard(agent *a, int keep_start) {
 }
 
 int ag_bg_settle(agent *a, al_err *err) {
-    if (!a->bg_running) return 0;
-    if (a->bg_round != a->round) {
-        ag_bg_discard(a, 1);
-        return 0;
+    if (a->bg_running && a->bg_round == a->round) {
+        al_logf(&a->log, AL_LOG_INFO,
+                "site %s: stopping: interval %ld trains to its end and is saved with its start",
+                a->name[a->self], a->bg_round);
+        int rc = ag_bg_join(a, err);
+        if (rc == 0) a->bg_trained = 1;
+        return rc;
     }
-    al_logf(&a->log, AL_LOG_INFO,
-            "site %s: stopping: interval %ld trains to its end and is saved with its start",
-            a->name[a->self], a->bg_round);
-    int rc = ag_bg_join(a, err);
-    if (rc == 0) a->bg_trained = 1;
-    return rc;
+    if (a->bg_running) ag_bg_discard(a, 1);
+    /* Round r did not commit before the stop (a peer silent past the deadline),
+     * but its interval ended and interval r + 1 was set to start from the eager
+     * guess built on it. A checkpoint of round r must hold interval r instead,
+     * as it ended, before its merge: the resumed run merges and exchanges it
+     * again. (Steps interval r + 1 took on the thread are dropped; their AdamW
+     * moments are not undone, so such a resume is not bit-identical.) */
+    if ((a->bg_pending || a->bg_trained) && a->bg_round == a->round + 1) {
+        memcpy(ag_theta_local(a), a->iv_end, a->P * sizeof(float));
+        memcpy(a->from, a->iv_from, a->P * sizeof(float));
+        a->bg_pending = 0;
+        a->bg_trained = 1;
+        a->bg_round = a->round;
+        a->bg_h = a->iv_h;
+        al_logf(&a->log, AL_LOG_INFO,
+                "site %s: stopping before round %ld committed: its interval is saved as it "
+                "ended, to be exchanged again",
+                a->name[a->self], a->round);
+    }
+    return 0;
 }
 
 int ag_bg_finished(agent *a, double *t_end) {

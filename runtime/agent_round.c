@@ -259,7 +259,8 @@ static int ckpt_due(const agent *a, long next_round) {
 static int next_interval(agent *a, al_err *err) {
     if (a->step >= a->cfg->inner_steps) return 0;
     double s_r = a->progress_lr ? a->iv.lr_sum : (double)a->iv.steps;
-    al_eager_in in = {.delta = a->delta};
+    al_eager_in in = {.delta = a->delta, .blend = a->blend};
+    if (a->overlap == AL_OVERLAP_DELAYED_MID) in.from = a->from; /* still this interval's start */
     int rc = al_commit_eager(&a->eager, &a->outer, &in, s_r, ag_theta_local(a), err);
     if (rc) return al_err_prefix(err, "round %ld: the eager start", a->round);
     if (*a->stop || ckpt_due(a, a->round + 1)) {
@@ -310,6 +311,10 @@ static int do_train(agent *a, al_err *err) {
     a->t_train_end = al_now();
     al_metrics_add(&a->met, AL_M_COMPUTE_S, a->iv.compute_s);
     double dsq = 0;
+    if (a->overlap) { /* kept until the next merge (a stop before this round commits) */
+        memcpy(a->iv_from, a->from, a->P * sizeof(float));
+        memcpy(a->iv_end, ag_theta_local(a), a->P * sizeof(float));
+    }
     rc = a->overlap ? al_commit_merge(ag_theta_local(a), a->from, a->outer.theta, a->P, a->delta,
                                       &dsq, err)
                     : al_pseudo_grad(a->delta, a->outer.theta, ag_theta_local(a), a->P, &dsq, err);
@@ -879,8 +884,11 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         if (*a->stop && !a->finished) {
             /* a signal: finish the round in progress with the peers, unless
              * none is (joining, pulling, reloading) or it does not end */
-            /* (overlap: the deadline counts from the interval's end, as blocking) */
-            if (stop_by == 0 && !a->bg_running)
+            /* (overlap: the deadline counts from the interval's end, as blocking;
+             * an interval ended on its thread counts as ended, joined or not:
+             * it is joined only when its round comes, which may be never) */
+            double t_end;
+            if (stop_by == 0 && ag_bg_finished(a, &t_end))
                 stop_by = now + 2 * a->cfg->round_deadline_s + a->cfg->round_peer_timeout_s;
             al_round_phase ph = a->rm.phase;
             if (ph == AL_PH_JOIN || ph == AL_PH_SYNC || ph == AL_PH_RELOAD ||

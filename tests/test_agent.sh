@@ -575,6 +575,42 @@ else
     no "W=2 resume not exact: stopped at round(s) '$at', uninterrupted $ref, resumed $got $(hash_of r5w/run-b/summary.json)"
 fi
 
+# ---- 3c. overlap: a stop before the round commits -----------------------------------
+# Overlap only. b freezes when its interval 1 ends, so round 1 cannot commit
+# (quorum majority of two); a has merged interval 1 and started interval 2
+# from the eager guess built on it. A SIGTERM to a then ends it after the
+# deadlines with round 1 uncommitted (it once waited for ever: interval 2,
+# ended on its thread, was never joined): its checkpoint must hold interval 1
+# as it ended (not interval 2's guessed start under round 1's number, which a
+# resume refused). b saves every round; both resumed, they finish on one theta.
+if [[ ${AL_TEST_OVERLAP:-none} != none ]]; then
+    dir=r5c
+    PORTS=($(port) $(port))
+    STEPS=60 H=10 DEADLINE=2 HB=0.5 PT=2 conf $dir a "a b"
+    EVERY=1 STEPS=60 H=10 DEADLINE=2 HB=0.5 PT=2 conf $dir b "a b"
+    start $dir a
+    AL_FAULT=freeze:1 start $dir b
+    for _ in $(seq 1 1200); do [[ $(ps -o stat= -p "$PID_b") == T* ]] && break; sleep 0.05; done
+    kill -TERM "$PID_a"
+    rc=0
+    await "$PID_a" 60 || rc=1
+    kill -KILL "$PID_b" 2>/dev/null
+    kill -CONT "$PID_b" 2>/dev/null
+    wait "$PID_b" 2>/dev/null
+    saved=$(sed -n 's/.*saved checkpoint .* (round \([0-9]*\), step.*/\1/p' $dir/a.log)
+    start $dir a --resume $dir/run-a
+    start $dir b --resume $dir/run-b
+    await "$PID_a" 120 || rc=2
+    await "$PID_b" 120 || rc=3
+    ha=$(hash_of $dir/run-a/summary.json)
+    if [[ $rc -eq 0 && $saved == 1 && -n $ha && $ha == "$(hash_of $dir/run-b/summary.json)" ]] &&
+        grep -q "stopping before round 1 committed" $dir/a.log && grep -q "resumed from .* at round 1" $dir/a.log; then
+        ok "overlap: stopped before round 1 committed, saved interval 1 as it ended; both resumed, they end on one theta, $ha"
+    else
+        no "overlap stop before commit: rc $rc, saved round '$saved': $(grep -h 'error\|stopping\|resumed\|saved' $dir/a.log | head -5)"
+    fi
+fi
+
 # ---- 4. bad input ------------------------------------------------------------------
 # expect_err STATUS PATTERN -- CMD...: one error line matching PATTERN
 expect_err() {
@@ -707,7 +743,7 @@ open(f"{d}/manifest.json", "w").write(json.dumps(m))
 EOF2
 }
 ovck r5ov pending
-expect_err "saved with \[outer\] overlap = delayed .*this configuration has overlap = none" -- \
+expect_err "saved with \[outer\] overlap on .*this configuration has overlap = none" -- \
     "$bin" agent -c r5/b.ini --resume r5ov --set outer.overlap=none
 ovck r5ovbad halfway
 expect_err "overlap_interval: expected .*pending.*trained" -- \

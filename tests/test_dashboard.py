@@ -6,7 +6,7 @@ dashboard in headless Chromium while it trains, waits for the charts to hold
 data points, and checks that the savings figure on the page, and its two
 parts (syncs avoided against DiLoCo at H_base, bytes saved by the codec),
 and the share of communication hidden behind training (the demo runs with
-[outer] overlap = delayed) equal what /api/v1/status reports. Then `autoloco report` on the finished run's JSONL
+[outer] overlap = delayed-mid) equal what /api/v1/status reports. Then `autoloco report` on the finished run's JSONL
 must give one HTML file that opens offline with the charts drawn.
 Screenshots go to SCREENSHOT_DIR (default: the test's temporary folder).
 Exits 77 (skipped) when Chromium, its driver or Selenium is missing."""
@@ -64,7 +64,7 @@ def points(drv, chart):
 # demo takes to finish, and the dashboard lives only while its agent runs
 drv = browser()
 demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "400",
-                         "--h-base", "16", "--overlap", "delayed", "--dir", f"{tmp}/run", "--json"],
+                         "--h-base", "16", "--overlap", "delayed-mid", "--dir", f"{tmp}/run", "--json"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 url = None
 lines = []

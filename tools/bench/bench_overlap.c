@@ -1,10 +1,11 @@
 /* bench_overlap.c -- `autoloco bench overlap`: how much of the WAN's time
- * [outer] overlap = delayed hides behind training (issue 14).
+ * [outer] overlap = delayed-mid hides behind training (issue 14; delayed
+ * differs only in where the next interval starts, not in its timing).
  *
  * Real agent processes (mutual TLS on loopback), every link to a site through
  * a wanem proxy that limits its rate, so that the blocking exchange is a large
  * part of a round. Each repetition runs the same job twice, blocking
- * (`overlap = none`) then overlapped (`delayed`), and reads each site's
+ * (`overlap = none`) then overlapped (`delayed-mid`), and reads each site's
  * summary.json: train_wall_s (first interval to last commit), compute_s
  * (seconds inside the intervals), comm_s and comm_hidden_s. With compute_s
  * from the blocking run (training alone, no exchange beside it),
@@ -52,25 +53,26 @@ typedef struct ov_run {
 } ov_run;
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: autoloco bench overlap [options]\n\n"
-               "Agents on loopback (mutual TLS) with every link through a rate-limited wanem\n"
-               "proxy: the same job blocking ([outer] overlap = none) and overlapped (delayed),\n"
-               "side by side, --runs times; prints wall_s_blocking, wall_s_overlap, compute_s and\n"
-               "comm_hidden_fraction = 1 - (wall_overlap - compute)/(wall_blocking - compute),\n"
-               "medians.\n\n"
-               "options:\n"
-               "  --sites N      2 or 3 (default 2)\n"
-               "  --preset P     model preset (default demo)\n"
-               "  --steps S      inner steps per site (default 4800: 24 rounds)\n"
-               "  --h H          fixed sync interval (default 200)\n"
-               "  --batch B      microbatch rows (default 4)\n"
-               "  --seq T        microbatch row length (default 64)\n"
-               "  --codec C      pseudo-gradient codec (default int8)\n"
-               "  --mbit R       link rate per direction, Mbit/s (default 3)\n"
-               "  --delay-ms D   one-way delay (default 10)\n"
-               "  --runs N       repetitions (default 3)\n"
-               "  --dir DIR      work folder (default: a new one under /tmp)\n"
-               "  --json         one JSON object as the last line\n");
+    fprintf(f,
+            "usage: autoloco bench overlap [options]\n\n"
+            "Agents on loopback (mutual TLS) with every link through a rate-limited wanem\n"
+            "proxy: the same job blocking ([outer] overlap = none) and overlapped (delayed-mid),\n"
+            "side by side, --runs times; prints wall_s_blocking, wall_s_overlap, compute_s and\n"
+            "comm_hidden_fraction = 1 - (wall_overlap - compute)/(wall_blocking - compute),\n"
+            "medians.\n\n"
+            "options:\n"
+            "  --sites N      2 or 3 (default 2)\n"
+            "  --preset P     model preset (default demo)\n"
+            "  --steps S      inner steps per site (default 4800: 24 rounds)\n"
+            "  --h H          fixed sync interval (default 200)\n"
+            "  --batch B      microbatch rows (default 4)\n"
+            "  --seq T        microbatch row length (default 64)\n"
+            "  --codec C      pseudo-gradient codec (default int8)\n"
+            "  --mbit R       link rate per direction, Mbit/s (default 3)\n"
+            "  --delay-ms D   one-way delay (default 10)\n"
+            "  --runs N       repetitions (default 3)\n"
+            "  --dir DIR      work folder (default: a new one under /tmp)\n"
+            "  --json         one JSON object as the last line\n");
 }
 
 static int write_config(const ov_opts *o, int s, const int *grpc, const int *proxy,
@@ -286,7 +288,7 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
     for (int k = 0; k < o.runs && rc == 0; k++) {
         ov_run b, v;
         if ((rc = run_job(&o, grpc, proxy, "none", &b, err))) break;
-        if ((rc = run_job(&o, grpc, proxy, "delayed", &v, err))) break;
+        if ((rc = run_job(&o, grpc, proxy, "delayed-mid", &v, err))) break;
         wb[n] = b.wall_s;
         wo[n] = v.wall_s;
         cb[n] = b.compute_s;
@@ -296,7 +298,7 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10.2f %10s\n", k + 1, "blocking", b.wall_s,
                b.compute_s, b.comm_s, b.hidden_s, b.cpu_s, "");
         printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10.2f %9.1f%%   comm_hidden_fraction %.3f\n",
-               k + 1, "delayed", v.wall_s, v.compute_s, v.comm_s, v.hidden_s, v.cpu_s,
+               k + 1, "overlap", v.wall_s, v.compute_s, v.comm_s, v.hidden_s, v.cpu_s,
                v.comm_s > 0 ? 100 * v.hidden_s / v.comm_s : 0.0, fr[n]);
         fflush(stdout);
         n++;
