@@ -77,7 +77,10 @@ char *al_cli_utf8(char *s);
  * message on failure); the bundled corpus's token files (data/fortunes of
  * the setup, or /usr/share/games/fortunes tokenized into dir/data). */
 int al_cli_free_port(void);
-int al_cli_spawn_agent(const char *cfg, const char *log, al_err *err);
+/* death_sig (0: none): the signal the agent gets when this process ends,
+ * however it ends (Linux's PR_SET_PDEATHSIG), so that none is left behind
+ * holding its ports. */
+int al_cli_spawn_agent(const char *cfg, const char *log, int death_sig, al_err *err);
 int al_cli_corpus(const char *dir, char *train, size_t ntrain, char *val, size_t nval, al_err *err);
 
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -110,7 +111,7 @@ static int write_config(const demo *d, int s, const int *grpc, const int *dash, 
     return fclose(f) == 0 ? 0 : al_errf(err, AL_EIO, "%s: write failed", path);
 }
 
-int al_cli_spawn_agent(const char *cfg, const char *log, al_err *err) {
+int al_cli_spawn_agent(const char *cfg, const char *log, int death_sig, al_err *err) {
     char self[1024];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) {
@@ -118,12 +119,15 @@ int al_cli_spawn_agent(const char *cfg, const char *log, al_err *err) {
         return -1;
     }
     self[n] = '\0';
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid < 0) {
         al_errf(err, AL_EIO, "fork failed");
         return -1;
     }
     if (pid == 0) {
+        /* (the parent may have ended before prctl: then it is not ours) */
+        if (death_sig && (prctl(PR_SET_PDEATHSIG, death_sig) != 0 || getppid() != parent))
+            _exit(126);
         FILE *f = freopen(log, "w", stdout);
         if (f) dup2(fileno(stdout), 2);
         execl(self, self, "agent", "-c", cfg, (char *)NULL);
@@ -136,7 +140,7 @@ static pid_t spawn(const demo *d, int s, al_err *err) {
     char cfg[1200], log[1200];
     snprintf(cfg, sizeof cfg, "%s/site-%c.ini", d->dir, 'a' + s);
     snprintf(log, sizeof log, "%s/site-%c.log", d->dir, 'a' + s);
-    return al_cli_spawn_agent(cfg, log, err);
+    return al_cli_spawn_agent(cfg, log, SIGTERM, err); /* they save and stop */
 }
 
 /* The last line of a file (for progress), into buf. */

@@ -126,5 +126,33 @@ else
     fail=$((fail + 1))
 fi
 
+# a bench that is stopped leaves no agent behind (they held its ports and
+# cores after the bench ended: PR_SET_PDEATHSIG)
+"$bin" bench overlap --steps 2000 --h 200 --runs 1 --dir "$tmp/bo" >"$tmp/bo.log" 2>&1 &
+bp=$!
+kids=""
+for _ in $(seq 1 600); do
+    kids=$(pgrep -P "$bp" -f " agent -c ")
+    [[ $(wc -w <<<"$kids") -ge 2 ]] && break
+    sleep 0.05
+done
+kill -TERM "$bp"
+wait "$bp" 2>/dev/null
+left=""
+for _ in $(seq 1 100); do
+    left=""
+    for k in $kids; do kill -0 "$k" 2>/dev/null && left="$left $k"; done
+    [[ -z $left ]] && break
+    sleep 0.05
+done
+if [[ $(wc -w <<<"$kids") -ge 2 && -z $left ]]; then
+    echo "ok: bench overlap stopped by SIGTERM: its agents ($(wc -w <<<"$kids")) ended with it"
+    pass=$((pass + 1))
+else
+    echo "FAIL: bench overlap stopped: agents '$kids', still running '$left': $(tail -n 3 "$tmp/bo.log")"
+    for k in $left; do kill -KILL "$k"; done
+    fail=$((fail + 1))
+fi
+
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

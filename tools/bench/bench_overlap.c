@@ -111,7 +111,7 @@ static int run_job(const ov_opts *o, const int *grpc, const int *proxy, const ch
         char cfg[1300], log[1300];
         snprintf(cfg, sizeof cfg, "%s/%s-%c.ini", o->dir, mode, 'a' + s);
         snprintf(log, sizeof log, "%s/%s-%c.log", o->dir, mode, 'a' + s);
-        if ((pids[s] = al_cli_spawn_agent(cfg, log, err)) < 0) {
+        if ((pids[s] = al_cli_spawn_agent(cfg, log, SIGKILL, err)) < 0) {
             for (int k = 0; k < n; k++) kill(pids[k], SIGTERM);
             for (int k = 0; k < n; k++) waitpid(pids[k], NULL, 0);
             return AL_EIO;
