@@ -591,6 +591,8 @@ if [[ ${AL_TEST_OVERLAP:-none} != none ]]; then
     start $dir a
     AL_FAULT=freeze:1 start $dir b
     for _ in $(seq 1 1200); do [[ $(ps -o stat= -p "$PID_b") == T* ]] && break; sleep 0.05; done
+    # (b froze after its round 0 commit; a's may come a moment later)
+    for _ in $(seq 1 200); do grep -q "round 0 |" $dir/a.log && break; sleep 0.05; done
     kill -TERM "$PID_a"
     rc=0
     await "$PID_a" 60 || rc=1
