@@ -276,46 +276,6 @@ static void test_bad_input(void **state) {
  * b from (1.2, 0.8) to (1.1, 0.9): Δ^a = (0.2, 0.1), Δ^b = (0.1, -0.1),
  * merged θ^a = (0.8, 0.9), θ^b = (0.9, 1.1), Δ̄ = (0.15, 0), and DiLoCo's
  * step with lr 1 and no momentum gives θ_2 = (0.85, 1). */
-/* The eager start after the merge above (site a of overlap_merge): θ_1 =
- * (1, 1) committed, a's interval started at s = (0.9, 1.1) and its Δ^a is
- * (0.2, 0.1); plain outer step (lr 1, no momentum): OuterStep(θ; Δ̂) = θ − Δ̂.
- *   delayed:      Δ̂ = Δ^a                          = (0.2, 0.1)    -> (0.8, 0.9)
- *   delayed-mid:  Δ̂ = Δ^a − (s − θ_1)/2            = (0.25, 0.05)  -> (0.75, 0.95)
- *   delayed-mean: Δ̂ = Δ^a/2 + Δ̄_prev/2, Δ̄_prev = (0.4, −0.2)
- *                                                   = (0.3, −0.05)  -> (0.7, 1.05) */
-static void test_overlap_eager(void **state) {
-    (void)state;
-    const float th[2] = {1.0f, 1.0f}, from[2] = {0.9f, 1.1f}, da[2] = {0.2f, 0.1f};
-    const float prev[2] = {0.4f, -0.2f};
-    float blend[2], out[2];
-    al_err err = {0};
-    al_outer_cfg oc;
-    al_outer_cfg_default(&oc);
-    oc.lr = 1.0;
-    oc.momentum = 0.0;
-    oc.correction = AL_CORRECTION_NONE;
-    al_outer o, scratch = {0};
-    assert_int_equal(al_outer_init(&o, &oc, th, 2, &err), 0);
-    const struct {
-        al_eager_in in;
-        float want[2];
-    } cases[] = {
-        {{.delta = da, .blend = blend}, {0.8f, 0.9f}},
-        {{.delta = da, .from = from, .blend = blend}, {0.75f, 0.95f}},
-        {{.delta = da, .dbar_prev = prev, .M = 2, .blend = blend}, {0.7f, 1.05f}},
-    };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        assert_int_equal(al_commit_eager(&scratch, &o, &cases[k].in, 1.0, out, &err), 0);
-        for (int i = 0; i < 2; i++) {
-            assert_float_equal(out[i], cases[k].want[i], 1e-6);
-            assert_float_equal(o.theta[i], th[i], 0); /* the committed state is untouched */
-        }
-        assert_int_equal(o.steps, 0);
-    }
-    al_outer_free(&scratch);
-    al_outer_free(&o);
-}
-
 static void test_overlap_merge(void **state) {
     (void)state;
     const float g[2] = {1.0f, 1.0f};
@@ -369,6 +329,46 @@ static void test_overlap_merge(void **state) {
     assert_int_equal(ov, AL_OVERLAP_DELAYED);
     assert_string_equal(al_overlap_name(AL_OVERLAP_NONE), "none");
     assert_int_equal(al_overlap_parse("streaming", &ov, &err), AL_ECONFIG);
+}
+
+/* The eager start after the merge above (site a of overlap_merge): θ_1 =
+ * (1, 1) committed, a's interval started at s = (0.9, 1.1) and its Δ^a is
+ * (0.2, 0.1); plain outer step (lr 1, no momentum): OuterStep(θ; Δ̂) = θ − Δ̂.
+ *   delayed:      Δ̂ = Δ^a                          = (0.2, 0.1)    -> (0.8, 0.9)
+ *   delayed-mid:  Δ̂ = Δ^a − (s − θ_1)/2            = (0.25, 0.05)  -> (0.75, 0.95)
+ *   delayed-mean: Δ̂ = Δ^a/2 + Δ̄_prev/2, Δ̄_prev = (0.4, −0.2)
+ *                                                   = (0.3, −0.05)  -> (0.7, 1.05) */
+static void test_overlap_eager(void **state) {
+    (void)state;
+    const float th[2] = {1.0f, 1.0f}, from[2] = {0.9f, 1.1f}, da[2] = {0.2f, 0.1f};
+    const float prev[2] = {0.4f, -0.2f};
+    float blend[2], out[2];
+    al_err err = {0};
+    al_outer_cfg oc;
+    al_outer_cfg_default(&oc);
+    oc.lr = 1.0;
+    oc.momentum = 0.0;
+    oc.correction = AL_CORRECTION_NONE;
+    al_outer o, scratch = {0};
+    assert_int_equal(al_outer_init(&o, &oc, th, 2, &err), 0);
+    const struct {
+        al_eager_in in;
+        float want[2];
+    } cases[] = {
+        {{.delta = da, .blend = blend}, {0.8f, 0.9f}},
+        {{.delta = da, .from = from, .blend = blend}, {0.75f, 0.95f}},
+        {{.delta = da, .dbar_prev = prev, .M = 2, .blend = blend}, {0.7f, 1.05f}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        assert_int_equal(al_commit_eager(&scratch, &o, &cases[k].in, 1.0, out, &err), 0);
+        for (int i = 0; i < 2; i++) {
+            assert_float_equal(out[i], cases[k].want[i], 1e-6);
+            assert_float_equal(o.theta[i], th[i], 0); /* the committed state is untouched */
+        }
+        assert_int_equal(o.steps, 0);
+    }
+    al_outer_free(&scratch);
+    al_outer_free(&o);
 }
 
 int main(void) {
