@@ -179,6 +179,13 @@ void al_outer_free(al_outer *o);
  * each multiply-add one fmaf. A NaN/Inf in dbar, or a bad s_r, is refused
  * (AL_ENUMERIC / AL_EINVAL) before anything is written: the state is untouched. */
 int al_outer_step(al_outer *o, const float *dbar, double s_r, al_err *err);
+/* The same step on the part [lo, hi) of θ and the momentum only, dbar holding
+ * that part's hi − lo values ([outer] overlap = streaming: each fragment of
+ * the parameters steps on its own schedule). o->steps is not advanced (a
+ * whole round's step counts one); o->last gets the coefficients. AL_EINVAL
+ * when [lo, hi) is not within [0, n). */
+int al_outer_step_part(al_outer *o, const float *dbar, size_t lo, size_t hi, double s_r,
+                       al_err *err);
 
 /* SHA-256 (hex) of θ_global's bytes, little-endian fp32. */
 void al_outer_hash(const al_outer *o, char hex[65]);

@@ -178,17 +178,21 @@ void al_outer_free(al_outer *o) {
     memset(o, 0, sizeof *o);
 }
 
-int al_outer_step(al_outer *o, const float *dbar, double s_r, al_err *err) {
+int al_outer_step_part(al_outer *o, const float *dbar, size_t lo, size_t hi, double s_r,
+                       al_err *err) {
+    if (lo > hi || hi > o->n)
+        return al_errf(err, AL_EINVAL, "outer step: part [%zu, %zu) is not within [0, %zu)", lo, hi,
+                       o->n);
     al_outer_coefs k;
     int rc = al_outer_coefs_for(&o->cfg, s_r, &k, err);
     if (rc) return rc;
-    size_t n = o->n, bad = al_find_nonfinite(dbar, n);
+    size_t n = hi - lo, bad = al_find_nonfinite(dbar, n);
     if (bad < n)
         return al_errf(err, AL_ENUMERIC,
                        "outer step: mean pseudo-gradient has non-finite value %g at index %zu; "
                        "state untouched",
-                       (double)dbar[bad], bad);
-    float *restrict th = o->theta, *restrict mb = o->mom;
+                       (double)dbar[bad], lo + bad);
+    float *restrict th = o->theta + lo, *restrict mb = o->mom + lo;
     if (o->cfg.correction == AL_CORRECTION_NONE) {
         const float mu = (float)k.mu, na = -(float)k.scale;
         for (size_t i = 0; i < n; i++) {
@@ -205,9 +209,14 @@ int al_outer_step(al_outer *o, const float *dbar, double s_r, al_err *err) {
             th[i] = fmaf(ns, fmaf(mu, m, g), th[i]); /* θ ← θ − α·S_r·(g + μ_r·m) */
         }
     }
-    o->steps++;
     o->last = k;
     return 0;
+}
+
+int al_outer_step(al_outer *o, const float *dbar, double s_r, al_err *err) {
+    int rc = al_outer_step_part(o, dbar, 0, o->n, s_r, err);
+    if (rc == 0) o->steps++;
+    return rc;
 }
 
 void al_outer_hash(const al_outer *o, char hex[65]) {

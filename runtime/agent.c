@@ -217,6 +217,11 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (!a->delta || !a->dbar || !a->part) return al_errf(err, AL_ENOMEM, "agent: out of memory");
     if ((rc = al_overlap_parse(c->outer_overlap, &a->overlap, err)))
         return al_err_prefix(err, "[outer] overlap");
+    if (a->overlap == AL_OVERLAP_DELAYED_MEAN || a->overlap == AL_OVERLAP_STREAMING)
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "[outer] overlap: %s runs in autoloco sim only; the agents run none, "
+                       "delayed or delayed-mid",
+                       al_overlap_name(a->overlap));
     if (a->overlap && (!(a->from = malloc(a->P * sizeof(float))) ||
                        !(a->iv_from = malloc(a->P * sizeof(float))) ||
                        !(a->iv_end = malloc(a->P * sizeof(float)))))

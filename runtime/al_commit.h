@@ -121,12 +121,20 @@ int al_commit_step(al_outer *o, const float *dbar, const al_commit_decision *d, 
  *   delayed-mid: as delayed, but the eager step measures the interval's
  *            displacement from halfway between where it started and the θ it
  *            was re-based onto: Δ̂ = Δ^m − (s^m − θ_r)/2, so that the start's
- *            own error is not fed back whole (docs/outer.md). */
+ *            own error is not fed back whole (docs/outer.md).
+ *   streaming: the parameters are cut into F fragments (al_shard_range) that
+ *            synchronise in turn, one every H/F steps (Streaming DiLoCo); a
+ *            fragment's exchange runs beside the next τ inner steps and its
+ *            result is merged then, the fragment's progress over those τ steps
+ *            re-based onto it (al_commit_merge). No eager guess: each Δ is
+ *            measured from the θ_global its fragment last committed. The
+ *            simulator only, for now (docs/outer.md, "Streaming"). */
 #define AL_OVERLAPS(X)                                                                             \
     X(AL_OVERLAP_NONE, "none")                                                                     \
     X(AL_OVERLAP_DELAYED, "delayed")                                                               \
     X(AL_OVERLAP_DELAYED_MEAN, "delayed-mean")                                                     \
-    X(AL_OVERLAP_DELAYED_MID, "delayed-mid")
+    X(AL_OVERLAP_DELAYED_MID, "delayed-mid")                                                       \
+    X(AL_OVERLAP_STREAMING, "streaming")
 typedef enum {
 #define AL_OVERLAP_ENUM(e, s) e,
     AL_OVERLAPS(AL_OVERLAP_ENUM)

@@ -74,7 +74,11 @@ typedef struct al_sim_opts {
     al_policy *policy;  /* configured, not started (the sim starts it); not owned. Unused by ddp */
     al_codec_cfg codec; /* the pseudo-gradients' codec, as the agent's [outer] codec */
     double max_delta_ratio; /* as [outer] max_delta_ratio: outliers left out (0: off) */
-    al_overlap overlap;     /* as [outer] overlap: none, or delayed (al_commit.h) */
+    al_overlap overlap;     /* as [outer] overlap (al_commit.h) */
+    int fragments;          /* overlap streaming: F fragments of the parameters (default 4) */
+    long overlap_steps;     /* overlap streaming: τ, the inner steps a fragment's exchange runs
+                             * beside before its merge; -1 (default): half a fragment's
+                             * period, H/(2F); 0: merged at once (fragments, no overlap) */
     double bandwidth_bps;   /* bits per second of each site's link */
     double rtt_s;
     int eval_every;   /* evaluate θ_global every N rounds into the JSONL (0: at the end only) */

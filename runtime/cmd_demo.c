@@ -304,10 +304,11 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
     }
     al_overlap ov;
     if ((rc = al_overlap_parse(d.overlap, &ov, err))) return al_err_prefix(err, "demo: --overlap");
-    if (ov == AL_OVERLAP_DELAYED_MEAN)
+    if (ov == AL_OVERLAP_DELAYED_MEAN || ov == AL_OVERLAP_STREAMING)
         return al_errf(err, AL_EUNSUPPORTED,
-                       "demo: --overlap: delayed-mean is the simulator's only (autoloco sim); "
-                       "the agents run none, delayed or delayed-mid");
+                       "demo: --overlap: %s is the simulator's only (autoloco sim); "
+                       "the agents run none, delayed or delayed-mid",
+                       al_overlap_name(ov));
     al_model_config mc;
     if ((rc = al_model_preset(&mc, d.preset, err))) return al_err_prefix(err, "demo: --preset");
     d.seq = mc.T;

@@ -38,6 +38,8 @@ typedef struct simcfg {
     char codec[24];         /* as [outer] codec: fp32 | bf16 | int8 | int4, optionally +zstd */
     double max_delta_ratio; /* as [outer] max_delta_ratio */
     al_overlap overlap;     /* as [outer] overlap */
+    long fragments;         /* [outer] fragments: overlap streaming's F */
+    long overlap_steps;     /* [outer] overlap_steps: overlap streaming's τ (-1: H/(2F)) */
     double bw_mbit, rtt_ms;
     al_outer_cfg outer;
     int npol; /* [policy] pairs, last value of a key wins */
@@ -103,6 +105,10 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
                          "[outer] max_delta_ratio: %s is not 0 (off) or in [1, 1e9)", v);
     } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap")) {
         if ((rc = al_overlap_parse(v, &s->overlap, err))) al_err_prefix(err, "[outer]");
+    } else if (!strcmp(sec, "outer") && !strcmp(key, "fragments")) {
+        rc = al_cli_int("[outer] fragments", v, 1, 1024, &s->fragments, err);
+    } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap_steps")) {
+        rc = al_cli_int("[outer] overlap_steps", v, -1, 1L << 30, &s->overlap_steps, err);
     } else if (!strcmp(sec, "outer")) {
         rc = al_outer_cfg_set(&s->outer, key, v, err);
         if (rc == 0 && !strcmp(key, "correction")) s->correction_set = true;
@@ -228,6 +234,8 @@ static int simcfg_init(simcfg *s, al_err *err) {
     s->progress = AL_SIM_PROGRESS_STEPS;
     snprintf(s->codec, sizeof s->codec, "fp32");
     s->max_delta_ratio = 4;
+    s->fragments = 4;
+    s->overlap_steps = -1;
     s->bw_mbit = 1000;
     s->rtt_ms = 50;
     al_outer_cfg_default(&s->outer);
@@ -253,7 +261,10 @@ static void sim_usage(FILE *f) {
             "                       the correction's S_r), [wan] (bandwidth_mbit, rtt_ms),\n"
             "                       [outer] (lr, momentum, correction, s_ref, codec,\n"
             "                       max_delta_ratio, overlap = none|delayed|delayed-mean|\n"
-            "                       delayed-mid: as the agent's), [policy] (name,\n"
+            "                       delayed-mid|streaming: as the agent's; fragments = F\n"
+            "                       (streaming, default 4), overlap_steps = tau (streaming:\n"
+            "                       the inner steps an exchange runs beside before its\n"
+            "                       merge; -1 = H/(2F), the default; 0 = none)), [policy] (name,\n"
             "                       h_base, h_min, h_max and the policy's own keys)\n"
             "  --set S.K=V          override one key (any section above)\n"
             "  --policy NAME        fixed | adacomm | qsr | autoloco  (= --set policy.name=)\n"
@@ -268,11 +279,13 @@ static void sim_usage(FILE *f) {
             "  --noniid / --iid     = --scenario noniid / iid\n"
             "  --codec NAME         fp32 | bf16 | int8 | int4, optionally +zstd: the agent's\n"
             "                       codec, shard by shard (= --set outer.codec=)\n"
-            "  --overlap MODE       none | delayed | delayed-mean | delayed-mid: round r's\n"
-            "                       exchange beside interval r+1, merged when it ends; the\n"
-            "                       eager start takes the site's own delta (delayed), the\n"
-            "                       last mean for the others' (delayed-mean), or its delta\n"
-            "                       from halfway back to theta_global (delayed-mid)\n"
+            "  --overlap MODE       none | delayed | delayed-mean | delayed-mid | streaming:\n"
+            "                       round r's exchange beside interval r+1, merged when it\n"
+            "                       ends; the eager start takes the site's own delta\n"
+            "                       (delayed), the last mean for the others' (delayed-mean),\n"
+            "                       or its delta from halfway back to theta_global\n"
+            "                       (delayed-mid); or (streaming) F fragments of theta sync\n"
+            "                       in turn, each exchange beside the next tau steps\n"
             "                       (= --set outer.overlap=)\n"
             "  --jsonl FILE         one JSON record per round\n"
             "  --json               print the summary as one JSON line, last\n");
@@ -408,6 +421,8 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     if ((rc = al_codec_parse(s.codec, &o.codec, err))) goto out; /* checked when set */
     o.max_delta_ratio = s.max_delta_ratio;
     o.overlap = s.overlap;
+    o.fragments = (int)s.fragments;
+    o.overlap_steps = s.overlap_steps;
     int bad = -1;
     rc = al_policy_create_kv(&pol, (const char *const *)s.pkey, (const char *const *)s.pval,
                              (size_t)s.npol, &bad, err);

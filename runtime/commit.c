@@ -162,7 +162,8 @@ int al_overlap_parse(const char *s, al_overlap *out, al_err *err) {
             return 0;
         }
     return al_errf(err, AL_ECONFIG,
-                   "overlap '%s': expected none, delayed, delayed-mean or delayed-mid", s ? s : "");
+                   "overlap '%s': expected none, delayed, delayed-mean, delayed-mid or streaming",
+                   s ? s : "");
 }
 
 const char *al_overlap_name(al_overlap o) {

@@ -259,6 +259,57 @@ static void test_step_refuses_nonfinite(void **state) {
     }
 }
 
+/* The step of a part ([outer] overlap = streaming): stepping [0, k) and [k, n)
+ * with the same mean and S_r is bitwise the whole step (the update is
+ * elementwise), a part leaves the rest of θ and the momentum alone, does
+ * not count as a step, and an out-of-range part or a NaN in it is refused
+ * before anything is written (the index named is θ's, not the part's). */
+static void test_step_part(void **state) {
+    (void)state;
+    al_rng r;
+    al_rng_seed(&r, 14);
+    static float theta0[N], dbar[N], th_before[N], m_before[N];
+    t_fill(&r, theta0, N, 1.0);
+    const al_correction corr[] = {AL_CORRECTION_NONE, AL_CORRECTION_AUTOLOCO};
+    for (size_t t = 0; t < 2; t++) {
+        al_outer a, b;
+        al_outer_cfg c = cfg_auto(0.7, 0.9, 0.1);
+        c.correction = corr[t];
+        al_err err = {0};
+        assert_int_equal(al_outer_init(&a, &c, theta0, N, &err), 0);
+        assert_int_equal(al_outer_init(&b, &c, theta0, N, &err), 0);
+        const size_t k = 400;
+        for (int round = 0; round < 3; round++) {
+            t_fill(&r, dbar, N, 1e-2);
+            assert_int_equal(al_outer_step(&a, dbar, 0.13, &err), 0);
+            memcpy(th_before, b.theta, sizeof th_before);
+            memcpy(m_before, b.mom, sizeof m_before);
+            assert_int_equal(al_outer_step_part(&b, dbar, 0, k, 0.13, &err), 0);
+            assert_memory_equal(b.theta + k, th_before + k, (N - k) * sizeof(float));
+            assert_memory_equal(b.mom + k, m_before + k, (N - k) * sizeof(float));
+            assert_true(memcmp(b.theta, th_before, k * sizeof(float)) != 0);
+            assert_int_equal(al_outer_step_part(&b, dbar + k, k, N, 0.13, &err), 0);
+        }
+        assert_memory_equal(a.theta, b.theta, sizeof th_before);
+        assert_memory_equal(a.mom, b.mom, sizeof m_before);
+        assert_int_equal(a.steps, 3);
+        assert_int_equal(b.steps, 0);
+        assert_true(a.last.scale == b.last.scale && a.last.mu == b.last.mu);
+        memcpy(th_before, b.theta, sizeof th_before);
+        assert_int_equal(al_outer_step_part(&b, dbar, k, N + 1, 0.13, &err), AL_EINVAL);
+        assert_non_null(strstr(err.msg, "not within"));
+        assert_int_equal(al_outer_step_part(&b, dbar, 5, 4, 0.13, &err), AL_EINVAL);
+        dbar[k + 7] = NAN;
+        assert_int_equal(al_outer_step_part(&b, dbar + k, k, N, 0.13, &err), AL_ENUMERIC);
+        char want[32];
+        snprintf(want, sizeof want, "index %zu", k + 7);
+        assert_non_null(strstr(err.msg, want));
+        assert_memory_equal(b.theta, th_before, sizeof th_before);
+        al_outer_free(&a);
+        al_outer_free(&b);
+    }
+}
+
 static void test_pseudo_grad(void **state) {
     (void)state;
     al_rng r;
@@ -549,6 +600,7 @@ int main(void) {
         cmocka_unit_test(test_correction_hand),
         cmocka_unit_test(test_correction_fixed_point),
         cmocka_unit_test(test_step_refuses_nonfinite),
+        cmocka_unit_test(test_step_part),
         cmocka_unit_test(test_pseudo_grad),
         cmocka_unit_test(test_mean_any_arrival_order),
         cmocka_unit_test(test_round_stats),

@@ -509,6 +509,69 @@ static void test_overlap_delayed(void **state) {
     al_policy_free(p);
 }
 
+/* [outer] overlap = streaming. One fragment merged at once (τ = 0) is
+ * exactly blocking: the same Δ from the same θ_global each round, so the
+ * same hash. Four fragments, each exchange beside τ = 2 steps: every fragment
+ * synchronises once a round (the bytes of blocking, plus the flush of the
+ * fragments still holding progress at the end), the replicas agree (the run
+ * checks every fragment's step), and on a slow link the projected time hides
+ * part of the exchanges: compute ≤ overlap_s < projected_s. A site whose
+ * fragment Δ is not finite sits that exchange out and starts again from
+ * θ_global; bad settings are refused. */
+static void test_overlap_streaming(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    al_sim_result a, b, c;
+    opts_for(&o, &p, "fixed", 2, 40, 10);
+    o.bandwidth_bps = 1e6; /* 1 Mbit/s: the exchanges cost more than the compute */
+    run_ok(&o, &a);
+    o.overlap = AL_OVERLAP_STREAMING;
+    o.fragments = 1;
+    o.overlap_steps = 0;
+    run_ok(&o, &b);
+    assert_int_equal(a.syncs, 4);
+    assert_int_equal(b.syncs, 4);
+    assert_string_equal(a.hash, b.hash);
+    assert_true(a.final_eval_loss == b.final_eval_loss);
+    assert_true(a.bytes == b.bytes);
+    al_sim_result_free(&b);
+
+    o.fragments = 4;
+    o.overlap_steps = 2;
+    run_ok(&o, &b);
+    print_message("  blocking eval %.4f, %.3f s; streaming F=4 tau=2 eval %.4f, %.3f s of "
+                  "%.3f (compute %.3f), bytes %.0f vs %.0f\n",
+                  a.final_eval_loss, a.overlap_s, b.final_eval_loss, b.overlap_s, b.projected_s,
+                  b.compute_s, b.bytes, a.bytes);
+    assert_int_equal(b.syncs, 4);
+    assert_string_not_equal(a.hash, b.hash);
+    /* 4 rounds of the whole θ, then fragments 0..2 flushed: 3/4 of one more */
+    assert_true(b.bytes > a.bytes && b.bytes < 1.25 * a.bytes);
+    assert_true(isfinite(b.final_eval_loss) && fabs(b.final_eval_loss - a.final_eval_loss) < 0.5);
+    assert_true(b.overlap_s < b.projected_s && b.overlap_s >= b.compute_s);
+    assert_int_equal(al_find_nonfinite(b.theta, b.nparams), b.nparams);
+
+    /* a NaN in site 1's fragment 0 at round 1: refused, the run goes on */
+    o.sites = 3;
+    o.nan_site = 1;
+    o.nan_round = 1;
+    run_ok(&o, &c);
+    assert_int_equal(c.dropped, 1);
+    assert_true(isfinite(c.final_eval_loss));
+    assert_int_equal(al_find_nonfinite(c.theta, c.nparams), c.nparams);
+    al_sim_result_free(&c);
+
+    al_err err = {0};
+    o.fragments = 0;
+    assert_int_equal(al_sim_run(&o, &g_train, &g_val, &c, &err), AL_EINVAL);
+    print_message("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "0 fragments"));
+    al_sim_result_free(&a);
+    al_sim_result_free(&b);
+    al_policy_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
@@ -521,6 +584,7 @@ int main(void) {
         cmocka_unit_test(test_ddp_one_site_is_training),
         cmocka_unit_test(test_codec_bytes),
         cmocka_unit_test(test_overlap_delayed),
+        cmocka_unit_test(test_overlap_streaming),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
