@@ -79,6 +79,8 @@ typedef struct al_sim_opts {
     long overlap_steps;     /* overlap streaming: τ, the inner steps a fragment's exchange runs
                              * beside before its merge; -1 (default): half a fragment's
                              * period, H/(2F); 0: merged at once (fragments, no overlap) */
+    bool stream_eager;      /* overlap streaming: the fragment in flight trains from the
+                             * site's eager guess of its new θ_global (default true) */
     double bandwidth_bps;   /* bits per second of each site's link */
     double rtt_s;
     int eval_every;   /* evaluate θ_global every N rounds into the JSONL (0: at the end only) */

@@ -40,6 +40,7 @@ typedef struct simcfg {
     al_overlap overlap;     /* as [outer] overlap */
     long fragments;         /* [outer] fragments: overlap streaming's F */
     long overlap_steps;     /* [outer] overlap_steps: overlap streaming's τ (-1: H/(2F)) */
+    bool stream_eager;      /* [outer] stream_eager */
     double bw_mbit, rtt_ms;
     al_outer_cfg outer;
     int npol; /* [policy] pairs, last value of a key wins */
@@ -107,6 +108,9 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
         if ((rc = al_overlap_parse(v, &s->overlap, err))) al_err_prefix(err, "[outer]");
     } else if (!strcmp(sec, "outer") && !strcmp(key, "fragments")) {
         rc = al_cli_int("[outer] fragments", v, 1, 1024, &s->fragments, err);
+    } else if (!strcmp(sec, "outer") && !strcmp(key, "stream_eager")) {
+        if (parse_bool(v, &s->stream_eager))
+            rc = al_errf(err, AL_ECONFIG, "[outer] stream_eager: '%s' is not true or false", v);
     } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap_steps")) {
         rc = al_cli_int("[outer] overlap_steps", v, -1, 1L << 30, &s->overlap_steps, err);
     } else if (!strcmp(sec, "outer")) {
@@ -236,6 +240,7 @@ static int simcfg_init(simcfg *s, al_err *err) {
     s->max_delta_ratio = 4;
     s->fragments = 4;
     s->overlap_steps = -1;
+    s->stream_eager = true;
     s->bw_mbit = 1000;
     s->rtt_ms = 50;
     al_outer_cfg_default(&s->outer);
@@ -264,7 +269,10 @@ static void sim_usage(FILE *f) {
             "                       delayed-mid|streaming: as the agent's; fragments = F\n"
             "                       (streaming, default 4), overlap_steps = tau (streaming:\n"
             "                       the inner steps an exchange runs beside before its\n"
-            "                       merge; -1 = H/(2F), the default; 0 = none)), [policy] (name,\n"
+            "                       merge; -1 = H/(2F), the default; 0 = none),\n"
+            "                       stream_eager = true|false (streaming: the fragment in\n"
+            "                       flight trains from the site's eager guess; default\n"
+            "                       true)), [policy] (name,\n"
             "                       h_base, h_min, h_max and the policy's own keys)\n"
             "  --set S.K=V          override one key (any section above)\n"
             "  --policy NAME        fixed | adacomm | qsr | autoloco  (= --set policy.name=)\n"
@@ -423,6 +431,7 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     o.overlap = s.overlap;
     o.fragments = (int)s.fragments;
     o.overlap_steps = s.overlap_steps;
+    o.stream_eager = s.stream_eager;
     int bad = -1;
     rc = al_policy_create_kv(&pol, (const char *const *)s.pkey, (const char *const *)s.pval,
                              (size_t)s.npol, &bad, err);

@@ -27,6 +27,7 @@ void al_sim_opts_default(al_sim_opts *o) {
     o->nan_round = -1;
     o->fragments = 4;
     o->overlap_steps = -1;
+    o->stream_eager = true;
 }
 
 static const char *const scenario_names[] = {"iid", "noniid", "shift"};
@@ -621,6 +622,7 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     if (o->overlap == AL_OVERLAP_STREAMING) {
         json_object_set_new(j, "fragments", json_integer(o->fragments));
         json_object_set_new(j, "overlap_steps", json_integer(o->overlap_steps));
+        json_object_set_new(j, "stream_eager", json_boolean(o->stream_eager));
     }
     json_object_set_new(j, "progress",
                         json_string(o->progress == AL_SIM_PROGRESS_STEPS ? "steps" : "lr"));

@@ -150,6 +150,21 @@ static int stream_sync(sim *s, stream *st, int p, long b, long round, json_t *re
                                                  : (double)(b - st->step_at[p]);
     st->lr_at[p] = st->lr_cum;
     st->step_at[p] = b;
+    /* stream_eager: while the exchange is in flight, each live site trains the
+     * fragment from its own guess of the new θ_global (the outer step with its
+     * Δ^m for Δ̄, on a scratch copy of the fragment's state), not from where
+     * it stood, which lags θ_global by the whole outer step */
+    for (int j = 0; j < live && o->stream_eager; j++) {
+        int m = s->members[j];
+        if (!s->eager.theta &&
+            (rc = al_outer_init(&s->eager, &s->outer[m].cfg, s->outer[m].theta, s->P, err)))
+            return rc;
+        memcpy(s->eager.theta + lo, s->outer[m].theta + lo, n * sizeof(float));
+        memcpy(s->eager.mom + lo, s->outer[m].mom + lo, n * sizeof(float));
+        if ((rc = al_outer_step_part(&s->eager, s->delta[m] + lo, lo, hi, S, err))) return rc;
+        memcpy(s->tr[m].model.params + lo, s->eager.theta + lo, n * sizeof(float));
+        memcpy(s->from[m] + lo, s->eager.theta + lo, n * sizeof(float));
+    }
     char hash0[65], hm[65];
     for (int m = 0; m < s->M; m++) {
         if ((rc = al_outer_step_part(&s->outer[m], s->dbar + lo, lo, hi, S, err))) return rc;

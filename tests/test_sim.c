@@ -515,7 +515,8 @@ static void test_overlap_delayed(void **state) {
  * synchronises once a round (the bytes of blocking, plus the flush of the
  * fragments still holding progress at the end), the replicas agree (the run
  * checks every fragment's step), and on a slow link the projected time hides
- * part of the exchanges: compute ≤ overlap_s < projected_s. A site whose
+ * part of the exchanges: compute ≤ overlap_s < projected_s; without the eager
+ * start the trajectory differs. A site whose
  * fragment Δ is not finite sits that exchange out and starts again from
  * θ_global; bad settings are refused. */
 static void test_overlap_streaming(void **state) {
@@ -551,6 +552,14 @@ static void test_overlap_streaming(void **state) {
     assert_true(isfinite(b.final_eval_loss) && fabs(b.final_eval_loss - a.final_eval_loss) < 0.5);
     assert_true(b.overlap_s < b.projected_s && b.overlap_s >= b.compute_s);
     assert_int_equal(al_find_nonfinite(b.theta, b.nparams), b.nparams);
+    /* the fragment in flight trained from where each site stood, not from its
+     * eager guess: another trajectory, the same bytes */
+    o.stream_eager = false;
+    run_ok(&o, &c);
+    assert_string_not_equal(c.hash, b.hash);
+    assert_true(c.bytes == b.bytes && isfinite(c.final_eval_loss));
+    al_sim_result_free(&c);
+    o.stream_eager = true;
 
     /* a NaN in site 1's fragment 0 at round 1: refused, the run goes on */
     o.sites = 3;

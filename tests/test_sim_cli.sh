@@ -49,6 +49,12 @@ expect "max_delta_ratio: 0.5 is not 0 \(off\) or in \[1, 1e9\)" --set outer.max_
 expect "progress: 'time' is not lr or steps" --set sim.progress=time
 expect "missing.bin: cannot open" --set data.train="$tmp/missing.bin"
 expect "unexpected argument 'extra'" "${d[@]}" extra
+expect "overlap 'soon': expected none, delayed, delayed-mean, delayed-mid or streaming" --overlap soon
+expect "\[outer\] fragments: 0 is out of range" --set outer.fragments=0
+expect "\[outer\] overlap_steps: -2 is out of range" --set outer.overlap_steps=-2
+expect "\[outer\] stream_eager: 'maybe' is not true or false" --set outer.stream_eager=maybe
+printf '[outer]\noverlap = streaming\nfragments = many\n' >"$tmp/e.ini"
+expect "e.ini:3: \[outer\] fragments" -c "$tmp/e.ini"
 
 out=$("$bin" sim "${d[@]}" --steps 40 --set policy.h_base=8 --sites 3 --json --jsonl "$tmp/r.jsonl")
 last=$(tail -n 1 <<<"$out")
