@@ -75,7 +75,7 @@ typedef struct al_sim_opts {
     al_codec_cfg codec; /* the pseudo-gradients' codec, as the agent's [outer] codec */
     double max_delta_ratio; /* as [outer] max_delta_ratio: outliers left out (0: off) */
     al_overlap overlap;     /* as [outer] overlap (al_commit.h) */
-    int fragments;          /* overlap streaming: F fragments of the parameters (default 4) */
+    int fragments;          /* overlap streaming: F fragments of the parameters (default 16) */
     long overlap_steps;     /* overlap streaming: τ, the inner steps a fragment's exchange runs
                              * beside before its merge; -1 (default): half a fragment's
                              * period, H/(2F); 0: merged at once (fragments, no overlap) */

@@ -238,7 +238,7 @@ static int simcfg_init(simcfg *s, al_err *err) {
     s->progress = AL_SIM_PROGRESS_STEPS;
     snprintf(s->codec, sizeof s->codec, "fp32");
     s->max_delta_ratio = 4;
-    s->fragments = 4;
+    s->fragments = 16;
     s->overlap_steps = -1;
     s->stream_eager = true;
     s->bw_mbit = 1000;
@@ -267,7 +267,7 @@ static void sim_usage(FILE *f) {
             "                       [outer] (lr, momentum, correction, s_ref, codec,\n"
             "                       max_delta_ratio, overlap = none|delayed|delayed-mean|\n"
             "                       delayed-mid|streaming: as the agent's; fragments = F\n"
-            "                       (streaming, default 4), overlap_steps = tau (streaming:\n"
+            "                       (streaming, default 16), overlap_steps = tau (streaming:\n"
             "                       the inner steps an exchange runs beside before its\n"
             "                       merge; -1 = H/(2F), the default; 0 = none),\n"
             "                       stream_eager = true|false (streaming: the fragment in\n"

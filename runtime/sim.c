@@ -25,7 +25,7 @@ void al_sim_opts_default(al_sim_opts *o) {
     o->rtt_s = 0.05;
     o->nan_site = -1;
     o->nan_round = -1;
-    o->fragments = 4;
+    o->fragments = 16;
     o->overlap_steps = -1;
     o->stream_eager = true;
 }

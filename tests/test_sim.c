@@ -540,6 +540,11 @@ static void test_overlap_streaming(void **state) {
 
     o.fragments = 4;
     o.overlap_steps = 2;
+    al_sim_opts dflt;
+    al_sim_opts_default(&dflt);
+    assert_int_equal(dflt.fragments, 16); /* the frozen rule (docs/results/overlap.md) */
+    assert_int_equal(dflt.overlap_steps, -1);
+    assert_true(dflt.stream_eager);
     run_ok(&o, &b);
     print_message("  blocking eval %.4f, %.3f s; streaming F=4 tau=2 eval %.4f, %.3f s of "
                   "%.3f (compute %.3f), bytes %.0f vs %.0f\n",
