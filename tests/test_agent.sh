@@ -646,6 +646,8 @@ sed 's/^\[outer\]$/[outer]\nmax_delta_ratio = 0.5/' r6/a.ini >r6/bad7.ini
 expect_err "\[outer\] max_delta_ratio: 0.5 would leave out the median site itself" -- "$bin" config check r6/bad7.ini
 sed 's/^\[round\]$/[round]\nheartbeat_s = 2\npeer_timeout_s = 3/' r6/a.ini >r6/bad8.ini
 expect_err "\[round\] peer_timeout_s: 3 s is less than two heartbeats \(heartbeat_s = 2 s\)" -- "$bin" config check r6/bad8.ini
+sed 's/^overlap = .*/overlap = streaming/' r6/a.ini >r6/bad9.ini
+expect_err "\[outer\] overlap: 'streaming' is not one of none\|delayed\|delayed-mid" -- "$bin" config check r6/bad9.ini
 # a peer with another run configuration
 conf r7 a "a b"
 OUTER_LR=0.5 conf r7 b "a b"

@@ -328,7 +328,10 @@ static void test_overlap_merge(void **state) {
     assert_int_equal(al_overlap_parse("delayed", &ov, &err), 0);
     assert_int_equal(ov, AL_OVERLAP_DELAYED);
     assert_string_equal(al_overlap_name(AL_OVERLAP_NONE), "none");
-    assert_int_equal(al_overlap_parse("streaming", &ov, &err), AL_ECONFIG);
+    assert_int_equal(al_overlap_parse("streaming", &ov, &err), 0);
+    assert_int_equal(ov, AL_OVERLAP_STREAMING);
+    assert_int_equal(al_overlap_parse("eventually", &ov, &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "'eventually'"));
 }
 
 /* The eager start after the merge above (site a of overlap_merge): θ_1 =
