@@ -126,8 +126,9 @@ int al_commit_step(al_outer *o, const float *dbar, const al_commit_decision *d, 
  *            synchronise in turn, one every H/F steps (Streaming DiLoCo); a
  *            fragment's exchange runs beside the next τ inner steps and its
  *            result is merged then, the fragment's progress over those τ steps
- *            re-based onto it (al_commit_merge). No eager guess: each Δ is
- *            measured from the θ_global its fragment last committed. The
+ *            re-based onto it (al_commit_merge). Each Δ is measured from the
+ *            θ_global its fragment last committed; meanwhile the fragment in
+ *            flight trains from the site's eager guess (stream_eager). The
  *            simulator only, for now (docs/outer.md, "Streaming"). */
 #define AL_OVERLAPS(X)                                                                             \
     X(AL_OVERLAP_NONE, "none")                                                                     \

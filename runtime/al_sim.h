@@ -87,9 +87,14 @@ typedef struct al_sim_opts {
     int eval_batches; /* validation microbatches per evaluation (0: the whole split) */
     FILE *jsonl;      /* one JSON record per round, or NULL */
     /* fault injection (tests): at round nan_round, site nan_site's parameters
-     * hold a NaN when it reports; its Δ is refused and it sits the round out. */
+     * hold fault_value (NaN by default) when it reports; a NaN Δ is refused and
+     * the site sits the round out, a huge finite one is left out as an
+     * outlier (max_delta_ratio). Streaming with fault_at_merge: the value
+     * lands instead just before fragment 0's merge (the τ steps went bad). */
     int nan_site;
     long nan_round; /* -1: off */
+    float fault_value;
+    bool fault_at_merge;
 } al_sim_opts;
 
 /* Defaults: 4 IID sites, the outer defaults, progress in steps, fp32 (block

@@ -25,6 +25,8 @@ void al_sim_opts_default(al_sim_opts *o) {
     o->rtt_s = 0.05;
     o->nan_site = -1;
     o->nan_round = -1;
+    o->fault_value = NAN;
+    o->fault_at_merge = false;
     o->fragments = 16;
     o->overlap_steps = -1;
     o->stream_eager = true;
@@ -258,6 +260,12 @@ int sim_finish_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
 
 /* ---- one round of the DiLoCo/AutoLoCo loop ---------------------------------------------- */
 
+void sim_outlier_why(char *buf, size_t n, double delta_sq, double med, double ratio) {
+    double nrm = sqrt(delta_sq);
+    snprintf(buf, n, "|delta| %.4g is %.1f x the median %.4g (max_delta_ratio %g)", nrm, nrm / med,
+             med, ratio);
+}
+
 /* Site m runs h inner steps from θ_global (the run's inner steps step0 ..
  * step0+h−1) and reports its interval's statistics. */
 int sim_run_interval(sim *s, int m, long step0, long h, al_site_stats *st, al_err *err) {
@@ -325,7 +333,8 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
             if ((rc = sim_run_interval(s, m, step, hr, &st, err))) break;
             st.comm_s = prev_comm;
             cmax = fmax(cmax, st.compute_s);
-            if (round == o->nan_round && m == o->nan_site) s->tr[m].model.params[0] = NAN;
+            if (round == o->nan_round && m == o->nan_site)
+                s->tr[m].model.params[0] = o->fault_value;
             al_err why = {0};
             /* delayed: the interval's progress re-based onto θ_global as committed by
              * the round before (whose exchange ran while it trained) */
@@ -355,10 +364,7 @@ static int run_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *
         for (int j = 0; j < live && n_out > 0; j++)
             if (s->left_out[j]) {
                 char why[160];
-                double nrm = sqrt(s->ss[j].delta_sq);
-                snprintf(why, sizeof why,
-                         "|delta| %.4g is %.1f x the median %.4g (max_delta_ratio %g)", nrm,
-                         nrm / med, med, o->max_delta_ratio);
+                sim_outlier_why(why, sizeof why, s->ss[j].delta_sq, med, o->max_delta_ratio);
                 json_array_append_new(refused,
                                       json_pack("{s:i, s:s}", "site", s->members[j], "why", why));
             }

@@ -49,6 +49,9 @@ int sim_round_record(sim *s, long round, long step, long hr, int live, const al_
 /* After the last round: bytes per site, the eval loss, a copy of θ_global. */
 int sim_finish_rounds(sim *s, const al_tokens *val, al_sim_result *res, al_err *err);
 
+/* Why a site's Δ was left out as an outlier (‖Δ‖ against the median). */
+void sim_outlier_why(char *buf, size_t n, double delta_sq, double med, double ratio);
+
 /* [outer] overlap = streaming (sim_stream.c). */
 int sim_run_rounds_stream(sim *s, const al_tokens *val, al_sim_result *res, al_err *err);
 

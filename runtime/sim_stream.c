@@ -20,6 +20,7 @@
  * fragments' latest Δ̄ (docs/outer.md, "Streaming"). */
 typedef struct stream {
     int F;
+    long round;         /* the round being trained */
     long tau;           /* τ of this round */
     double *lr_at;      /* [F] Σ η so far at each fragment's last sync (site 0's: they agree) */
     long *step_at;      /* [F] the inner step of each fragment's last sync */
@@ -31,6 +32,7 @@ typedef struct stream {
     double *fsq;        /* [M·F] each site's ‖Δ^m‖² at each fragment's last sync */
     int *out;           /* [M] sites refused or left out this round */
     al_site_stats *rst; /* [M] each site's round (loss and grad norm summed over steps) */
+    json_t *refused;    /* this round's refusals (borrowed), or NULL */
 } stream;
 
 static void stream_free(stream *st) {
@@ -61,12 +63,21 @@ static void stream_merge(sim *s, stream *st, al_sim_result *res) {
     al_shard_range(s->P, st->F, st->pend, &lo, &hi);
     for (int m = 0; m < s->M; m++) {
         float *th = s->tr[m].model.params;
+        const al_sim_opts *o = s->o;
+        if (o->fault_at_merge && st->round == o->nan_round && m == o->nan_site && st->pend == 0)
+            th[lo] = o->fault_value;
         double sq;
+        al_err why = {0};
         if (al_commit_merge(th + lo, s->from[m] + lo, s->outer[m].theta + lo, hi - lo,
-                            s->delta[m] + lo, &sq, NULL)) {
+                            s->delta[m] + lo, &sq, &why)) {
             memcpy(th, s->outer[m].theta, s->P * sizeof(float));
             st->out[m] = 1;
             res->dropped++;
+            al_err_prefix(&why,
+                          "theta went bad beside the fragment's exchange, reset to theta_global");
+            if (st->refused)
+                json_array_append_new(st->refused, json_pack("{s:i, s:i, s:s}", "site", m,
+                                                             "fragment", st->pend, "why", why.msg));
         }
     }
     st->pend = -1;
@@ -108,7 +119,8 @@ static int stream_sync(sim *s, stream *st, int p, long b, long round, json_t *re
     int live = 0;
     for (int m = 0; m < s->M; m++) {
         float *th = s->tr[m].model.params;
-        if (round == o->nan_round && m == o->nan_site && p == 0) th[lo] = NAN;
+        if (round == o->nan_round && m == o->nan_site && p == 0 && !o->fault_at_merge)
+            th[lo] = o->fault_value;
         al_err why = {0};
         double sq;
         if (al_pseudo_grad(s->delta[m] + lo, s->outer[m].theta + lo, th + lo, n, &sq, &why)) {
@@ -134,10 +146,7 @@ static int stream_sync(sim *s, stream *st, int p, long b, long round, json_t *re
         for (int j = 0; j < live; j++)
             if (s->left_out[j]) {
                 char why[160];
-                double nrm = sqrt(s->ss[j].delta_sq);
-                snprintf(why, sizeof why,
-                         "|delta| %.4g is %.1f x the median %.4g (max_delta_ratio %g)", nrm,
-                         nrm / med, med, o->max_delta_ratio);
+                sim_outlier_why(why, sizeof why, s->ss[j].delta_sq, med, o->max_delta_ratio);
                 json_array_append_new(refused, json_pack("{s:i, s:i, s:s}", "site", s->members[j],
                                                          "fragment", p, "why", why));
                 st->out[s->members[j]] = 1;
@@ -208,6 +217,7 @@ int sim_run_rounds_stream(sim *s, const al_tokens *val, al_sim_result *res, al_e
     while (step < budget && rc == 0) {
         long hr = AL_MIN((long)h, budget - step);
         if ((rc = sim_push_h(res, &s->cap_h, hr, err))) break;
+        st.round = round;
         /* τ: the steps an exchange runs beside before its merge */
         st.tau = o->overlap_steps >= 0 ? o->overlap_steps : AL_MAX(1, hr / (2 * F));
         for (int m = 0; m < M; m++) {
@@ -215,6 +225,7 @@ int sim_run_rounds_stream(sim *s, const al_tokens *val, al_sim_result *res, al_e
             st.out[m] = 0;
         }
         json_t *refused = json_array();
+        st.refused = refused;
         double comm_round = 0, bytes_round = 0;
         for (int p = 0; p < F && rc == 0; p++) {
             long a = step + hr * p / F, b = step + hr * (p + 1) / F;
@@ -248,6 +259,7 @@ int sim_run_rounds_stream(sim *s, const al_tokens *val, al_sim_result *res, al_e
             rc = al_commit_decide(o->policy, in_mean, n_in, s->dbar, s->P, round, h, &d, err);
         if (rc) {
             json_decref(refused);
+            st.refused = NULL;
             break;
         }
         step += hr;
@@ -265,6 +277,7 @@ int sim_run_rounds_stream(sim *s, const al_tokens *val, al_sim_result *res, al_e
         rc = sim_round_record(s, round, step, hr, n_in, &d, cmax, comm_round, bytes_round, hash0,
                               refused, err);
         json_decref(refused);
+        st.refused = NULL;
         h = d.h_next;
         round++;
     }

@@ -586,6 +586,92 @@ static void test_overlap_streaming(void **state) {
     al_policy_free(p);
 }
 
+/* Round `round`'s refusals in a JSONL written by the simulator: how many,
+ * and the first one's site and reason (copied into why). */
+static int refusals(const char *path, int round, int *site, char *why, size_t n) {
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[16384];
+    int count = -1;
+    for (int r = 0; fgets(line, sizeof line, f); r++) {
+        if (r != round) continue;
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        json_t *refused = json_object_get(j, "refused");
+        count = (int)json_array_size(refused);
+        if (count > 0) {
+            json_t *e = json_array_get(refused, 0);
+            *site = (int)json_integer_value(json_object_get(e, "site"));
+            snprintf(why, n, "%s", json_string_value(json_object_get(e, "why")));
+        }
+        json_decref(j);
+    }
+    fclose(f);
+    return count;
+}
+
+/* The failure paths of a round other than a NaN at the report: a site whose
+ * Δ is finite but 10⁶ times too large is left out of the mean as an outlier
+ * (blocking, and a fragment under streaming), and under streaming a site
+ * whose θ goes non-finite while the fragment's exchange is in flight is reset
+ * to θ_global at the merge. Each is recorded in the round's `refused`, and
+ * the run ends on a finite θ with an eval loss near the clean run's. */
+static void test_round_faults(void **state) {
+    (void)state;
+    al_sim_opts o;
+    al_policy *p;
+    al_sim_result clean, r;
+    char path[512], why[256];
+    int site = -1;
+    snprintf(path, sizeof path, "%s/faults.jsonl", g_tmp);
+    for (int streaming = 0; streaming < 2; streaming++) {
+        opts_for(&o, &p, "fixed", 3, 40, 10);
+        if (streaming) {
+            o.overlap = AL_OVERLAP_STREAMING;
+            o.fragments = 4;
+            o.overlap_steps = 2;
+        }
+        run_ok(&o, &clean);
+        o.nan_site = 2;
+        o.nan_round = 1;
+        o.fault_value = 1e6f;
+        o.jsonl = fopen(path, "w");
+        run_ok(&o, &r);
+        fclose(o.jsonl);
+        o.jsonl = NULL;
+        assert_int_equal(refusals(path, 0, &site, why, sizeof why), 0);
+        assert_int_equal(refusals(path, 1, &site, why, sizeof why), 1);
+        print_message("  %s: round 1, site %d left out: %s\n", streaming ? "streaming" : "blocking",
+                      site, why);
+        assert_int_equal(site, 2);
+        assert_non_null(strstr(why, "max_delta_ratio"));
+        assert_int_equal(r.dropped, 0); /* left out, not refused */
+        assert_string_not_equal(r.hash, clean.hash);
+        assert_int_equal(al_find_nonfinite(r.theta, r.nparams), r.nparams);
+        assert_true(fabs(r.final_eval_loss - clean.final_eval_loss) < 0.1);
+        al_sim_result_free(&r);
+
+        if (streaming) { /* NaN during the τ steps of fragment 0's exchange */
+            o.fault_value = NAN;
+            o.fault_at_merge = true;
+            o.jsonl = fopen(path, "w");
+            run_ok(&o, &r);
+            fclose(o.jsonl);
+            o.jsonl = NULL;
+            assert_int_equal(r.dropped, 1);
+            assert_int_equal(refusals(path, 1, &site, why, sizeof why), 1);
+            print_message("  streaming: round 1, site %d reset at the merge: %s\n", site, why);
+            assert_int_equal(site, 2);
+            assert_non_null(strstr(why, "non-finite"));
+            assert_int_equal(al_find_nonfinite(r.theta, r.nparams), r.nparams);
+            assert_true(fabs(r.final_eval_loss - clean.final_eval_loss) < 0.1);
+            al_sim_result_free(&r);
+        }
+        al_sim_result_free(&clean);
+        al_policy_free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
@@ -595,6 +681,7 @@ int main(void) {
         cmocka_unit_test(test_fixed_none_is_diloco),
         cmocka_unit_test(test_progress_steps_fixed_is_diloco),
         cmocka_unit_test(test_nan_site_left_out),
+        cmocka_unit_test(test_round_faults),
         cmocka_unit_test(test_ddp_one_site_is_training),
         cmocka_unit_test(test_codec_bytes),
         cmocka_unit_test(test_overlap_delayed),
