@@ -88,6 +88,7 @@ static int beat(agent *a, int i, al_err *e) {
 
 static void *hb_main(void *arg) {
     agent *a = arg;
+    pthread_setname_np(pthread_self(), "al-heartbeat");
     const double beat_s = a->cfg->round_heartbeat_s, timeout = a->cfg->round_peer_timeout_s;
     pthread_mutex_lock(&a->mu);
     while (!a->hb_stop) {

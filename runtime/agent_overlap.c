@@ -101,6 +101,7 @@ int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, a
 
 static void *bg_main(void *arg) {
     agent *a = arg;
+    pthread_setname_np(pthread_self(), "al-interval"); /* for top -H, perf */
     al_err e = {0};
     /* the same reductions as the driver's thread, so a site trains the same
      * numbers with or without overlap (OpenMP's thread count is per thread) */

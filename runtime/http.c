@@ -89,6 +89,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 static void *watchdog_main(void *arg) {
     al_http *h = arg;
+    pthread_setname_np(pthread_self(), "al-http-watch");
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         double now = mono_now();

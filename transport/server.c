@@ -689,6 +689,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
 
 static void *worker_main(void *arg) {
     worker *w = arg;
+    pthread_setname_np(pthread_self(), "al-grpc-server");
     for (;;) {
         grpc_call *call = NULL;
         grpc_call_details details;
