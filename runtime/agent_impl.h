@@ -305,6 +305,26 @@ void ag_event_at(agent *a, const char *kind, const char *site, long round, long 
 /* A round record or other line into the event log (one call: whole lines). */
 void ag_event_line(agent *a, const char *line);
 
+/* agent_machine.c: the agent's side of the round state machine */
+/* θ_global's hash as the machine holds it, and in hex. */
+void ag_hash_of(const al_outer *o, al_round_hash *h);
+void ag_hash_hex(const al_round_hash *h, char hx[65]);
+/* The machine's status as the heartbeats carry it. */
+void ag_status_out(const al_round_status *st, al_peer_status *p);
+/* Feed one event to the machine, stamped now (traced with AL_LOG=debug). */
+void ag_feed(agent *a, al_round_event *ev);
+/* Persist a vote before any status shows it (<checkpoint dir>/vote.json). */
+int ag_vote_save(agent *a, const al_round_vote *v, al_err *err);
+/* Start the machine at a->round from θ_global (and, resumed, the persisted vote). */
+int ag_machine_init(agent *a, al_err *err);
+/* Peer statuses and statistics that arrived since the last look become
+ * events; a peer of another run configuration is an error. */
+int ag_feed_inbox(agent *a, al_err *err);
+/* The machine's health line into the dashboard and the event log on change. */
+void ag_report_health(agent *a);
+/* Every alive peer has seen this site's last commit. */
+int ag_peers_caught_up(agent *a);
+
 /* agent_round.c: the driver */
 /* Run rounds until the step budget, a stop signal (*a->stop) or an error;
  * *eval gets the last evaluation (NAN: none). */

@@ -43,157 +43,6 @@ int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *e
     return 0;
 }
 
-/* ---- hashes and statuses -------------------------------------------------------------- */
-
-static void hash_of(const al_outer *o, al_round_hash *h) {
-    char hx[65];
-    al_outer_hash(o, hx);
-    ag_hex32(hx, h->b);
-}
-
-static void hash_hex(const al_round_hash *h, char hx[65]) {
-    for (int k = 0; k < 32; k++) snprintf(hx + 2 * k, 3, "%02x", h->b[k]);
-}
-
-static void status_in(const al_peer_status *p, al_round_status *st) {
-    memset(st, 0, sizeof *st);
-    st->round = (long)AL_MIN(p->round, (uint64_t)LONG_MAX);
-    st->epoch = p->epoch;
-    memcpy(st->base.b, p->base, 32);
-    st->vote = (int)p->vote;
-    if (p->vote == AL_VOTE_HASH) {
-        memcpy(st->value.hash.b, p->vote_hash, 32);
-        st->value.members = p->members;
-        st->value.origin = p->epoch; /* the agent runs the machine without carry */
-    }
-}
-
-static void status_out(const al_round_status *st, al_peer_status *p) {
-    memset(p, 0, sizeof *p);
-    p->round = (uint64_t)AL_MAX(st->round, 0);
-    p->epoch = st->epoch;
-    p->have_base = 1;
-    memcpy(p->base, st->base.b, 32);
-    p->vote = (uint32_t)st->vote;
-    if (st->vote == AL_VOTE_HASH) {
-        memcpy(p->vote_hash, st->value.hash.b, 32);
-        p->members = st->value.members;
-    }
-}
-
-/* Feed one event, stamped now. With AL_LOG=debug, every event that changes
- * the machine's (round, epoch, phase, vote, members), and every peer status
- * that is news, is logged with the time since the start: the trace to read
- * when a round stalls. */
-static void feed(agent *a, al_round_event *ev) {
-    ev->now = al_now();
-    if (a->log.min > AL_LOG_DEBUG) { /* no trace: nothing to compare */
-        al_round_step(&a->rm, ev);
-        return;
-    }
-    al_round_status b, s;
-    al_round_status_get(&a->rm, &b);
-    al_round_phase ph = a->rm.phase;
-    al_round_step(&a->rm, ev);
-    al_round_status_get(&a->rm, &s);
-    int peer_news = ev->type == AL_EV_STATUS && ev->peer >= 0;
-    if (!peer_news && s.round == b.round && s.epoch == b.epoch && ph == a->rm.phase &&
-        s.vote == b.vote)
-        return;
-    char who[32] = "";
-    if (ev->peer >= 0 && ev->peer < a->nsites) snprintf(who, sizeof who, " %s", a->name[ev->peer]);
-    char what[96] = "";
-    if (peer_news)
-        snprintf(what, sizeof what, " (r%ld e%llu vote %d%s)", ev->st.round,
-                 (unsigned long long)ev->st.epoch, ev->st.vote,
-                 a->rm.peer[ev->peer].alive ? "" : ", not alive");
-    else if (ev->type != AL_EV_TICK)
-        snprintf(what, sizeof what, " (r%ld e%llu)", ev->round, (unsigned long long)ev->epoch);
-    al_logf(&a->log, AL_LOG_DEBUG,
-            "site %s: t=%.3f %s%s%s: r%ld e%llu %s vote %d -> r%ld e%llu %s vote %d members %#x",
-            a->name[a->self], ev->now - a->t0, al_round_event_name(ev->type), who, what, b.round,
-            (unsigned long long)b.epoch, al_round_phase_name(ph), b.vote, s.round,
-            (unsigned long long)s.epoch, al_round_phase_name(a->rm.phase), s.vote, a->rm.members);
-}
-
-/* ---- the persisted vote ---------------------------------------------------------------- */
-
-static void vote_path(const agent *a, char *p, size_t n) {
-    snprintf(p, n, "%s/vote.json", a->cfg->checkpoint_dir);
-}
-
-static int vote_save(agent *a, const al_round_vote *v, al_err *err) {
-    char path[4200], hx[65];
-    vote_path(a, path, sizeof path);
-    hash_hex(&v->value.hash, hx);
-    json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:s, s:I}", "run", a->run_hash, "round",
-                          (json_int_t)v->round, "epoch", (json_int_t)v->epoch, "vote", v->vote,
-                          "hash", hx, "members", (json_int_t)v->value.members);
-    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    int rc = js ? al_write_file_sync(path, js, strlen(js), err)
-                : al_errf(err, AL_ENOMEM, "vote: out of memory");
-    free(js);
-    return rc ? al_err_prefix(err, "persisting the vote of round %ld", v->round) : 0;
-}
-
-/* The last vote this site persisted, on --resume: its promise not to vote
- * otherwise in that (round, epoch). None if absent or of another run. */
-static void vote_load(agent *a, al_round_vote *v) {
-    v->round = -1;
-    char path[4200];
-    vote_path(a, path, sizeof path);
-    json_error_t je;
-    json_t *j = json_load_file(path, 0, &je);
-    const char *run = NULL, *hx = NULL;
-    json_int_t r = -1, e = 0, mem = 0;
-    int vote = 0;
-    if (j &&
-        json_unpack(j, "{s:s, s:I, s:I, s:i, s:s, s:I}", "run", &run, "round", &r, "epoch", &e,
-                    "vote", &vote, "hash", &hx, "members", &mem) == 0 &&
-        !strcmp(run, a->run_hash) && r >= 0 && e >= 0 && vote >= AL_VOTE_NULL &&
-        vote <= AL_VOTE_HASH && ag_hex32(hx, v->value.hash.b) == 0) {
-        v->round = (long)r;
-        v->epoch = (uint64_t)e;
-        v->vote = vote;
-        v->value.members = (uint32_t)mem;
-    } else if (j) {
-        al_logf(&a->log, AL_LOG_WARN, "site %s: %s is not a vote of this run: ignored",
-                a->name[a->self], path);
-    }
-    json_decref(j);
-}
-
-static int machine_init(agent *a, al_err *err) {
-    for (int i = 0; i < a->nsites; i++) {
-        a->name_p[i] = a->name[i];
-        a->fed_round[i] = a->misfit_round[i] = a->liar_round[i] = -1;
-    }
-    al_round_cfg rc = {.nsites = a->nsites,
-                       .self = a->self,
-                       .quorum = a->quorum,
-                       .min_sites = (int)AL_MIN(a->cfg->round_min_sites, a->nsites),
-                       .heartbeat_s = a->cfg->round_heartbeat_s,
-                       .peer_timeout_s = a->cfg->round_peer_timeout_s,
-                       .deadline_s = a->cfg->round_deadline_s,
-                       .names = a->name_p};
-    al_round_start st;
-    memset(&st, 0, sizeof st);
-    st.round = a->round;
-    hash_of(&a->outer, &st.base);
-    st.last.round = -1;
-    st.held_round = -1; /* candidates are not persisted: a restarted voter pulls */
-    if (a->resumed) vote_load(a, &st.last);
-    int r = al_round_init(&a->rm, &rc, &st, al_now(), err);
-    if (r) return r;
-    al_round_status s;
-    al_round_status_get(&a->rm, &s);
-    pthread_mutex_lock(&a->mu);
-    status_out(&s, &a->my_status);
-    pthread_mutex_unlock(&a->mu);
-    return 0;
-}
-
 /* ---- the outer state beside θ_global ---------------------------------------------------- */
 
 static int outer_copy(al_outer *dst, const al_outer *src, al_err *err) {
@@ -341,8 +190,8 @@ static int do_train(agent *a, al_err *err) {
     if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
     a->mine_round = a->round;
     al_round_event ev = {.type = AL_EV_INTERVAL_DONE, .peer = -1, .round = a->round};
-    hash_of(&a->outer, &ev.hash);
-    feed(a, &ev);
+    ag_hash_of(&a->outer, &ev.hash);
+    ag_feed(a, &ev);
     return 0;
 }
 
@@ -393,7 +242,7 @@ static int do_exchange(agent *a, const al_round_action *act) {
                     a->round, a->name[ev.peer]);
         }
     }
-    feed(a, &ev);
+    ag_feed(a, &ev);
     return 0;
 }
 
@@ -418,9 +267,9 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
     a->have_cand = 1;
     al_round_event ev = {
         .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
-    hash_of(&a->cand, &ev.hash);
-    hash_of(&a->outer, &ev.theta);
-    feed(a, &ev);
+    ag_hash_of(&a->cand, &ev.hash);
+    ag_hash_of(&a->outer, &ev.theta);
+    ag_feed(a, &ev);
     return 0;
 }
 
@@ -493,7 +342,7 @@ static int eval_global(agent *a, double *eval, al_err *err) {
  * record in the event log, evaluation, the log line), then the next round. */
 static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *err) {
     al_round_hash h;
-    if (a->have_cand) hash_of(&a->cand, &h);
+    if (a->have_cand) ag_hash_of(&a->cand, &h);
     if (!a->have_cand || memcmp(h.b, act->hash.b, 32) != 0)
         return al_errf(err, AL_EINVAL, "round %ld: asked to apply a candidate this site lacks",
                        a->round);
@@ -632,13 +481,13 @@ static int do_sync(agent *a, const al_round_action *act) {
     if (rc == 0) {
         ev.type = AL_EV_SYNCED;
         ev.round = a->pulled_round;
-        hash_of(&a->pulled, &ev.hash);
+        ag_hash_of(&a->pulled, &ev.hash);
     } else {
         al_logf(&a->log, AL_LOG_WARN,
                 "joining: the state from %s refused (%s); trying another peer", a->name[act->peer],
                 e.msg);
     }
-    feed(a, &ev);
+    ag_feed(a, &ev);
     return 0;
 }
 
@@ -694,7 +543,7 @@ static void do_reload(agent *a) {
     if (rc == 0) {
         ag_bg_discard(a, 0);
         outer_swap(&a->outer, &a->pulled);
-        hash_of(&a->outer, &ev.hash);
+        ag_hash_of(&a->outer, &ev.hash);
         ag_local_from_global(a);
     } else {
         al_logf(&a->log, AL_LOG_WARN,
@@ -702,7 +551,7 @@ static void do_reload(agent *a) {
                 "%s",
                 a->name[a->self], e.msg);
     }
-    feed(a, &ev);
+    ag_feed(a, &ev);
 }
 
 static void do_send_stats(agent *a, const al_round_action *act) {
@@ -720,7 +569,7 @@ static void do_send_stats(agent *a, const al_round_action *act) {
 
 static void do_send_status(agent *a, const al_round_action *act) {
     pthread_mutex_lock(&a->mu);
-    status_out(&act->st, &a->my_status);
+    ag_status_out(&act->st, &a->my_status);
     a->hb_kick = 1;
     pthread_cond_broadcast(&a->hb_cv);
     pthread_mutex_unlock(&a->mu);
@@ -743,7 +592,7 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
     case AL_ACT_PROPOSE:
         return do_propose(a, act, err);
     case AL_ACT_PERSIST_VOTE:
-        return vote_save(a, &act->rec, err);
+        return ag_vote_save(a, &act->rec, err);
     case AL_ACT_APPLY:
         return do_apply(a, act, eval, err);
     case AL_ACT_REVERT:
@@ -762,7 +611,7 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
         return 0;
     case AL_ACT_FETCH: { /* only with [round] carry, which the agent does not set yet */
         al_round_event ev = {.type = AL_EV_FETCH_FAILED, .peer = act->peer};
-        feed(a, &ev);
+        ag_feed(a, &ev);
         return 0;
     }
     case AL_ACT_LOG:
@@ -772,107 +621,13 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
     return 0;
 }
 
-/* ---- the inbox ------------------------------------------------------------------------ */
-
-/* Statuses and statistics that arrived since the last look become events.
- * A peer's first status waits for the configuration handshake (a peer of
- * another run configuration ends this agent with an error); statistics wait
- * for this site's own (they must fit them). */
-static int feed_inbox(agent *a, al_err *err) {
-    al_peer_status ps[AG_MAX_SITES];
-    int fresh[AG_MAX_SITES], p = (int)(a->round & 1), have[AG_MAX_SITES];
-    uint64_t ep[AG_MAX_SITES];
-    al_site_stats st[AG_MAX_SITES];
-    double seen[AG_MAX_SITES];
-    pthread_mutex_lock(&a->mu);
-    if (a->refused[0]) {
-        int rc = al_errf(err, AL_EPERM, "%s", a->refused);
-        pthread_mutex_unlock(&a->mu);
-        return rc;
-    }
-    for (int i = 0; i < a->nsites; i++) {
-        ps[i] = a->pst[i];
-        fresh[i] = a->pst_new[i];
-        a->pst_new[i] = 0;
-        seen[i] = a->hb_seen[i];
-        have[i] = a->have_stats[p][i] == a->round + 1;
-        ep[i] = a->stats_epoch[p][i];
-        st[i] = a->stats[p][i];
-    }
-    pthread_mutex_unlock(&a->mu);
-    double now = al_now();
-    for (int i = 0; i < a->nsites; i++) {
-        if (i == a->self || !ps[i].have_base) continue;
-        if (!a->shook[i]) {
-            if (!fresh[i]) continue;
-            al_err e = {0};
-            int rc = ag_handshake(a, i, &e);
-            if (rc == AL_EMISMATCH) {
-                *err = e;
-                return rc;
-            }
-            if (rc) continue;
-            a->shook[i] = 1;
-        }
-        /* a status, or a sign of life since the last one (any call of the peer) */
-        if (fresh[i] || seen[i] > a->fed_heard[i] + 0.5 * a->cfg->round_heartbeat_s) {
-            al_round_event ev = {.type = AL_EV_STATUS, .peer = i};
-            status_in(&ps[i], &ev.st);
-            a->fed_heard[i] = seen[i] > 0 ? seen[i] : now;
-            feed(a, &ev);
-        }
-        if (a->mine_round != a->round || !have[i] ||
-            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]) ||
-            a->liar_round[i] == a->round)
-            continue;
-        al_site_stats theirs = st[i];
-        theirs.lr_sq_sum = a->mine.lr_sq_sum;
-        theirs.lr_last = a->mine.lr_last;
-        char why[300];
-        if (!ag_stats_fit(&a->mine, &theirs, why, sizeof why)) {
-            if (a->misfit_round[i] != a->round)
-                al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out: %s", a->round, a->name[i],
-                        why);
-            a->misfit_round[i] = a->round;
-            continue;
-        }
-        a->fed_round[i] = a->round;
-        a->fed_epoch[i] = ep[i];
-        al_round_event ev = {.type = AL_EV_STATS, .peer = i, .round = a->round, .epoch = ep[i]};
-        feed(a, &ev);
-    }
-    return 0;
-}
-
 /* ---- the loop ------------------------------------------------------------------------- */
-
-/* The machine's health line ("no quorum: 1 of 3 sites reachable") into the
- * dashboard and the event log when it changes. */
-static void report_health(agent *a) {
-    if (!strcmp(a->health, a->rm.health)) return;
-    snprintf(a->health, sizeof a->health, "%s", a->rm.health);
-    al_metrics_set_health(&a->met, a->health);
-    ag_event(a, a->health[0] ? "no-quorum" : "quorum", a->name[a->self]);
-}
-
-/* Done lingering: every peer has seen our last commit (its status is at our
- * round or later) or is not alive. */
-static int peers_caught_up(agent *a) {
-    int ok = 1;
-    pthread_mutex_lock(&a->mu);
-    for (int i = 0; i < a->nsites && ok; i++)
-        if (i != a->self && a->rm.peer[i].alive && !a->down[i] &&
-            (!a->pst[i].have_base || (long)a->pst[i].round < a->round))
-            ok = 0;
-    pthread_mutex_unlock(&a->mu);
-    return ok;
-}
 
 int ag_drive(agent *a, double *eval, al_err *err) {
     *eval = NAN;
     a->step0 = a->step - a->iv.steps;
     a->mine_round = -1;
-    int rc = machine_init(a, err);
+    int rc = ag_machine_init(a, err);
     if (rc) return rc;
     /* (an interval trained before a stop, not yet exchanged, is not the end) */
     if (a->step >= a->cfg->inner_steps && !a->bg_trained) check_finished(a);
@@ -880,7 +635,7 @@ int ag_drive(agent *a, double *eval, al_err *err) {
     al_round_action acts[AL_ROUND_MAX_ACTIONS];
     for (;;) {
         double now = al_now();
-        if (a->finished && (peers_caught_up(a) || now > a->linger_until)) break;
+        if (a->finished && (ag_peers_caught_up(a) || now > a->linger_until)) break;
         if (*a->stop && !a->finished) {
             /* a signal: finish the round in progress with the peers, unless
              * none is (joining, pulling, reloading) or it does not end */
@@ -897,9 +652,9 @@ int ag_drive(agent *a, double *eval, al_err *err) {
                  !a->bg_running))
                 break;
         }
-        if ((rc = feed_inbox(a, err))) return rc;
+        if ((rc = ag_feed_inbox(a, err))) return rc;
         al_round_event tick = {.type = AL_EV_TICK, .peer = -1};
-        feed(a, &tick);
+        ag_feed(a, &tick);
         int n, did = 0;
         while ((n = al_round_ready(&a->rm, acts, AL_ROUND_MAX_ACTIONS)) > 0) {
             for (int k = 0; k < n; k++) {
@@ -908,7 +663,7 @@ int ag_drive(agent *a, double *eval, al_err *err) {
                        acts[k].type != AL_ACT_LOG;
             }
         }
-        report_health(a);
+        ag_report_health(a);
         if (did) continue;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
