@@ -221,6 +221,45 @@ static void test_hold(void **state) {
     close(c1), close(s1), close(c2), close(s2), close(lfd);
 }
 
+/* ---- pacing: the rate holds, in lumps a NIC would deliver -------------------------- */
+
+/* 32 KiB through a 1 Mbit/s link: it takes at least the rate's time (0.26 s:
+ * the bucket starts empty), and arrives in a few lumps of ≥ 4 KiB, not in a
+ * stream of ~125-byte writes, one a millisecond (what byte-wise pacing did,
+ * waking the receiver ~250 times for these bytes). */
+static void test_pacing(void **state) {
+    (void)state;
+    int port, lfd = tcp_listen(&port);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    al_wanem_cfg wc = {.listen = "127.0.0.1:0", .target = target, .rate_mbit = 1};
+    al_wanem *w;
+    al_err err = {0};
+    if (al_wanem_start(&wc, &w, &err)) fail_msg("%s", err.msg);
+    int c = tcp_connect(al_wanem_port(w));
+    assert_true(ready(lfd, 2000));
+    int sfd = accept(lfd, NULL, NULL);
+    static char buf[32 << 10];
+    memset(buf, 'p', sizeof buf);
+    double t0 = al_now();
+    assert_int_equal(write(c, buf, sizeof buf), (ssize_t)sizeof buf);
+    size_t got = 0;
+    int reads = 0;
+    while (got < sizeof buf) {
+        assert_true(ready(sfd, 5000));
+        ssize_t n = read(sfd, buf, sizeof buf);
+        assert_true(n > 0);
+        got += (size_t)n;
+        reads++;
+    }
+    double dt = al_now() - t0;
+    print_message("    pacing: 32 KiB at 1 Mbit/s in %.3f s, %d reads\n", dt, reads);
+    assert_true(dt >= 0.2);
+    assert_true(reads <= 16);
+    al_wanem_stop(w);
+    close(c), close(sfd), close(lfd);
+}
+
 static void test_bad_config(void **state) {
     (void)state;
     al_wanem *w;
@@ -244,6 +283,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_hold),
+        cmocka_unit_test(test_pacing),
         cmocka_unit_test(test_latency_and_jitter),
         cmocka_unit_test(test_cut_and_resume_256mib),
     };
