@@ -5,7 +5,8 @@
  * Real agent processes (mutual TLS on loopback), every link to a site through
  * a wanem proxy that limits its rate, so that the blocking exchange is a large
  * part of a round. Each repetition runs the same job twice, blocking
- * (`overlap = none`) then overlapped (`delayed-mid`), and reads each site's
+ * (`overlap = none`) and overlapped (`delayed-mid`), in alternating order
+ * (blocking first in runs 1, 3, ...), and reads each site's
  * summary.json: train_wall_s (first interval to last commit), compute_s
  * (seconds inside the intervals), comm_s and comm_hidden_s. With compute_s
  * from the blocking run (training alone, no exchange beside it),
@@ -17,8 +18,9 @@
  * (R − 1)/R of the exchange time. Medians over --runs repetitions.
  *
  * The defaults (demo preset, H = 200, 24 rounds, 3 Mbit/s) make the blocking
- * exchange about a third of the wall time while each exchange stays shorter
- * than an interval. Short intervals measure this machine instead: with two
+ * exchange about 40 % of the wall time on a 2-core machine while each
+ * exchange stays shorter than an interval. Short intervals measure this
+ * machine instead: with two
  * sites training on two cores, an overlapped exchange's own CPU work (TLS,
  * gRPC, the proxies) is taken from training, which H = 50 showed as 15-20 %
  * more compute time (docs/results/overlap.md). */
@@ -57,7 +59,8 @@ static void usage(FILE *f) {
             "usage: autoloco bench overlap [options]\n\n"
             "Agents on loopback (mutual TLS) with every link through a rate-limited wanem\n"
             "proxy: the same job blocking ([outer] overlap = none) and overlapped (delayed-mid),\n"
-            "side by side, --runs times; prints wall_s_blocking, wall_s_overlap, compute_s and\n"
+            "side by side, --runs times (in alternating order); prints wall_s_blocking,\n"
+            "wall_s_overlap, compute_s (the blocking run's) and\n"
             "comm_hidden_fraction = 1 - (wall_overlap - compute)/(wall_blocking - compute),\n"
             "medians.\n\n"
             "options:\n"
@@ -287,8 +290,12 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
     int n = 0;
     for (int k = 0; k < o.runs && rc == 0; k++) {
         ov_run b, v;
+        /* the order alternates (blocking first in runs 1, 3, ...): a machine
+         * that slows down or speeds up during the bench favours neither mode */
+        int ofirst = k & 1;
+        if (ofirst && (rc = run_job(&o, grpc, proxy, "delayed-mid", &v, err))) break;
         if ((rc = run_job(&o, grpc, proxy, "none", &b, err))) break;
-        if ((rc = run_job(&o, grpc, proxy, "delayed-mid", &v, err))) break;
+        if (!ofirst && (rc = run_job(&o, grpc, proxy, "delayed-mid", &v, err))) break;
         wb[n] = b.wall_s;
         wo[n] = v.wall_s;
         cb[n] = b.compute_s;
@@ -296,7 +303,7 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         fr[n] =
             b.wall_s > b.compute_s ? 1 - (v.wall_s - b.compute_s) / (b.wall_s - b.compute_s) : NAN;
         printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10.2f %10s\n", k + 1, "blocking", b.wall_s,
-               b.compute_s, b.comm_s, b.hidden_s, b.cpu_s, "");
+               b.compute_s, b.comm_s, b.hidden_s, b.cpu_s, ofirst ? "(2nd)" : "");
         printf("%4d %10s %12.2f %12.2f %12.2f %12.2f %10.2f %9.1f%%   comm_hidden_fraction %.3f\n",
                k + 1, "overlap", v.wall_s, v.compute_s, v.comm_s, v.hidden_s, v.cpu_s,
                v.comm_s > 0 ? 100 * v.hidden_s / v.comm_s : 0.0, fr[n]);
