@@ -62,6 +62,8 @@ typedef enum { AL_SIM_IID = 0, AL_SIM_NONIID = 1, AL_SIM_SHIFT = 2 } al_sim_scen
 const char *al_sim_scenario_name(al_sim_scenario s);
 int al_sim_scenario_parse(const char *name, al_sim_scenario *out, al_err *err);
 
+#define AL_SIM_TAU_SYNC (-2L) /* al_sim_opts.overlap_steps: merge at the next sync */
+
 typedef struct al_sim_opts {
     al_model_config model;
     al_train_opts train; /* per site; .steps = the inner-step budget, .seed = init and data */
@@ -78,7 +80,9 @@ typedef struct al_sim_opts {
     int fragments;          /* overlap streaming: F fragments of the parameters (default 16) */
     long overlap_steps;     /* overlap streaming: τ, the inner steps a fragment's exchange runs
                              * beside before its merge; -1 (default): half a fragment's
-                             * period, H/(2F); 0: merged at once (fragments, no overlap) */
+                             * period, H/(2F); 0: merged at once (fragments, no overlap);
+                             * AL_SIM_TAU_SYNC: at the next fragment's sync (whatever the
+                             * spans' lengths: the agents' plan, docs/outer.md) */
     bool stream_eager;      /* overlap streaming: the fragment in flight trains from the
                              * site's eager guess of its new θ_global (default true) */
     double bandwidth_bps;   /* bits per second of each site's link */

@@ -112,7 +112,10 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
         if (parse_bool(v, &s->stream_eager))
             rc = al_errf(err, AL_ECONFIG, "[outer] stream_eager: '%s' is not true or false", v);
     } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap_steps")) {
-        rc = al_cli_int("[outer] overlap_steps", v, -1, 1L << 30, &s->overlap_steps, err);
+        if (!strcmp(v, "sync"))
+            s->overlap_steps = AL_SIM_TAU_SYNC;
+        else
+            rc = al_cli_int("[outer] overlap_steps", v, -1, 1L << 30, &s->overlap_steps, err);
     } else if (!strcmp(sec, "outer")) {
         rc = al_outer_cfg_set(&s->outer, key, v, err);
         if (rc == 0 && !strcmp(key, "correction")) s->correction_set = true;
@@ -269,7 +272,8 @@ static void sim_usage(FILE *f) {
             "                       delayed-mid|streaming: as the agent's; fragments = F\n"
             "                       (streaming, default 16), overlap_steps = tau (streaming:\n"
             "                       the inner steps an exchange runs beside before its\n"
-            "                       merge; -1 = H/(2F), the default; 0 = none),\n"
+            "                       merge; -1 = H/(2F), the default; 0 = none; sync = at\n"
+            "                       the next fragment's sync),\n"
             "                       stream_eager = true|false (streaming: the fragment in\n"
             "                       flight trains from the site's eager guess; default\n"
             "                       true)), [policy] (name,\n"

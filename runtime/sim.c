@@ -627,7 +627,9 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     json_object_set_new(j, "overlap", json_string(al_overlap_name(o->overlap)));
     if (o->overlap == AL_OVERLAP_STREAMING) {
         json_object_set_new(j, "fragments", json_integer(o->fragments));
-        json_object_set_new(j, "overlap_steps", json_integer(o->overlap_steps));
+        json_object_set_new(j, "overlap_steps",
+                            o->overlap_steps == AL_SIM_TAU_SYNC ? json_string("sync")
+                                                                : json_integer(o->overlap_steps));
         json_object_set_new(j, "stream_eager", json_boolean(o->stream_eager));
     }
     json_object_set_new(j, "progress",

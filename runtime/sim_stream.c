@@ -3,6 +3,7 @@
  * (Streaming DiLoCo; docs/outer.md, "Streaming"). */
 #include "sim_impl.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,7 @@ int sim_run_rounds_stream(sim *s, const al_tokens *val, al_sim_result *res, al_e
         st.round = round;
         /* τ: the steps an exchange runs beside before its merge */
         st.tau = o->overlap_steps >= 0 ? o->overlap_steps : AL_MAX(1, hr / (2 * F));
+        /* (AL_SIM_TAU_SYNC: the merge waits for the end of the next span) */
         for (int m = 0; m < M; m++) {
             st.rst[m] = (al_site_stats){.site = m};
             st.out[m] = 0;
@@ -235,7 +237,7 @@ int sim_run_rounds_stream(sim *s, const al_tokens *val, al_sim_result *res, al_e
             comm_round += comm;
             bytes_round += bytes;
             st.pend = p;
-            st.pend_at = b + st.tau;
+            st.pend_at = o->overlap_steps == AL_SIM_TAU_SYNC ? LONG_MAX : b + st.tau;
             st.pend_comm = comm;
         }
         al_site_stats in_mean[AL_COMMIT_MAX_MEMBERS];

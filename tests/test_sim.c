@@ -576,6 +576,36 @@ static void test_overlap_streaming(void **state) {
     assert_int_equal(al_find_nonfinite(c.theta, c.nparams), c.nparams);
     al_sim_result_free(&c);
 
+    /* τ = sync: the merge at the next fragment's sync. A merge never waits
+     * past that sync, so sync is any τ ≥ the longest span: with F = 2 and
+     * H = 10 (spans of 5) it is τ = 5 bit for bit; with F = 4 the spans are
+     * 2, 3, 2, 3 steps, so it is τ = 3, and not τ = 2 */
+    o.sites = 2;
+    o.nan_site = -1;
+    o.nan_round = -1;
+    al_sim_result d;
+    o.fragments = 2;
+    o.overlap_steps = 5;
+    run_ok(&o, &c);
+    o.overlap_steps = AL_SIM_TAU_SYNC;
+    run_ok(&o, &d);
+    assert_string_equal(c.hash, d.hash);
+    al_sim_result_free(&c);
+    al_sim_result_free(&d);
+    o.fragments = 4;
+    run_ok(&o, &d);
+    for (long tau = 2; tau <= 3; tau++) {
+        o.overlap_steps = tau;
+        run_ok(&o, &c);
+        if (tau == 3)
+            assert_string_equal(c.hash, d.hash);
+        else
+            assert_string_not_equal(c.hash, d.hash);
+        al_sim_result_free(&c);
+    }
+    assert_true(isfinite(d.final_eval_loss) && d.bytes == b.bytes);
+    al_sim_result_free(&d);
+
     al_err err = {0};
     o.fragments = 0;
     assert_int_equal(al_sim_run(&o, &g_train, &g_val, &c, &err), AL_EINVAL);

@@ -52,6 +52,7 @@ expect "unexpected argument 'extra'" "${d[@]}" extra
 expect "overlap 'soon': expected none, delayed, delayed-mean, delayed-mid or streaming" --overlap soon
 expect "\[outer\] fragments: 0 is out of range" --set outer.fragments=0
 expect "\[outer\] overlap_steps: -2 is out of range" --set outer.overlap_steps=-2
+expect "\[outer\] overlap_steps: .*soon" --set outer.overlap_steps=soon
 expect "\[outer\] stream_eager: 'maybe' is not true or false" --set outer.stream_eager=maybe
 printf '[outer]\noverlap = streaming\nfragments = many\n' >"$tmp/e.ini"
 expect "e.ini:3: \[outer\] fragments" -c "$tmp/e.ini"
@@ -64,6 +65,17 @@ if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert all(k in d for
     pass=$((pass + 1))
 else
     echo "FAIL: sim --json: $out"
+    fail=$((fail + 1))
+fi
+# overlap_steps = sync: the merge at the next fragment's sync, named so in the JSON
+out=$("$bin" sim "${d[@]}" --steps 16 --set policy.h_base=8 --sites 2 --overlap streaming \
+    --set outer.fragments=2 --set outer.overlap_steps=sync --json)
+last=$(tail -n 1 <<<"$out")
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["overlap_steps"]=="sync" and d["syncs"]==2' "$last"; then
+    echo "ok: sim overlap_steps=sync: $(head -c 120 <<<"$last")..."
+    pass=$((pass + 1))
+else
+    echo "FAIL: sim overlap_steps=sync: $out"
     fail=$((fail + 1))
 fi
 echo "$pass passed, $fail failed"
