@@ -306,9 +306,8 @@ void ag_event_at(agent *a, const char *kind, const char *site, long round, long 
 void ag_event_line(agent *a, const char *line);
 
 /* agent_machine.c: the agent's side of the round state machine */
-/* θ_global's hash as the machine holds it, and in hex. */
+/* θ_global's hash as the machine holds it. */
 void ag_hash_of(const al_outer *o, al_round_hash *h);
-void ag_hash_hex(const al_round_hash *h, char hx[65]);
 /* The machine's status as the heartbeats carry it. */
 void ag_status_out(const al_round_status *st, al_peer_status *p);
 /* Feed one event to the machine, stamped now (traced with AL_LOG=debug). */

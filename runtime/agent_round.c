@@ -22,8 +22,6 @@
  * --resume. See docs/ARCHITECTURE.md, "The round protocol". */
 #include "agent_impl.h"
 
-#include <jansson.h>
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>

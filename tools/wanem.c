@@ -152,6 +152,11 @@ static void accept_one(al_wanem *w) {
     pthread_mutex_unlock(&w->mu);
 }
 
+/* The tokens a write of the piece waits for: a quantum, or the piece's rest. */
+static double bucket_need(const bucket *b, const piece *p) {
+    return AL_MIN((double)(p->len - p->off), b->quantum);
+}
+
 static void bucket_fill(bucket *b, double now) {
     if (b->rate <= 0) return;
     b->tokens = AL_MIN(b->burst, b->tokens + (now - b->last) * b->rate);
@@ -193,7 +198,7 @@ static int pump_out(al_wanem *w, conn *c, int k, double now) {
         size_t want = p->len - p->off;
         if (b->rate > 0) {
             bucket_fill(b, now);
-            if (b->tokens < AL_MIN((double)want, b->quantum)) return 0;
+            if (b->tokens < bucket_need(b, p)) return 0;
             want = AL_MIN(want, (size_t)b->tokens);
         }
         ssize_t n = write(c->fd[1 - k], p->data + p->off, want);
@@ -255,7 +260,7 @@ static void *loop(void *arg) {
                     double wait = h->release - now;
                     bucket *b = &w->bk[1 - k];
                     if (b->rate > 0) {
-                        double need = AL_MIN((double)(h->len - h->off), b->quantum);
+                        double need = bucket_need(b, h);
                         bucket_fill(b, now);
                         if (b->tokens < need) wait = AL_MAX(wait, (need - b->tokens) / b->rate);
                     }
@@ -325,8 +330,9 @@ int al_wanem_start(const al_wanem_cfg *cfg, al_wanem **out, al_err *err) {
         /* Writes wait for 2 ms worth of bytes, at least 4 KiB (~3 segments),
          * not for one byte: at 3 Mbit/s a byte-wise pace wrote ~375 bytes
          * every millisecond and woke the receiving site's TLS stack as often,
-         * CPU a real link does not take from the sites (a NIC coalesces). The
-         * rate is the same; the bytes arrive in ~10 ms lumps. */
+         * CPU a real link does not take from the sites (a NIC coalesces),
+         * and lost rate to the timer's slack. The rate now holds; the bytes
+         * arrive in ~10 ms lumps. */
         w->bk[k].quantum = AL_MIN(w->bk[k].burst, AL_MAX(4096.0, w->bk[k].rate * 0.002));
         w->bk[k].last = w->t0;
     }
