@@ -18,8 +18,9 @@ site). While a and b train, c:
   - never sends statistics, so a and b leave it out of every round.
 Then a and b must finish with status 0 and the same theta, their logs naming
 c, within a time that shows the idle streams did not hold their rounds, and
-no round committed while c's idle streams were open may come more than one
-heartbeat (1 s) later than the rounds before them did (a's commit times).
+the rounds committed while c's idle streams were open may come no more than
+one heartbeat (1 s) later than the rounds before them did (a's commit times,
+90th percentile: a held server thread would delay every round).
 
 usage: test_hostile.py AUTOLOCO PROTO_DIR
 Exits 77 (meson's "skipped") when grpcio, protobuf or protoc is missing.
@@ -326,18 +327,23 @@ def main():
         # and per round: c's 2 idle streams (held to the end) and the 6 refused
         # delay no round by more than one heartbeat (1 s). The spacing of a's
         # commits while they are open against before they were opened (each
-        # round waits deadline_s for c's statistics either way)
+        # round waits deadline_s for c's statistics either way). A held server
+        # thread would delay every round; one slow round is this machine's load
+        # (CI runs this under ASan beside the multi-site tests), so the bound is
+        # on the 90th percentile of the spacing, and the worst is reported.
         ts = [json.loads(ln)["t"] for ln in open(f"{tmp}/run-a/events.jsonl")
               if '"round"' in ln and json.loads(ln).get("event", "round") == "round"]
         gaps = [(t1, t1 - t0) for t0, t1 in zip(ts, ts[1:])]
         before = [g for t, g in gaps if t < held[3]]
         during = [g for t, g in gaps if t - g > held[3] + 1.0]
         med = statistics.median(before) if before else float("nan")
+        p90 = statistics.quantiles(during, n=10)[-1] if len(during) >= 2 else float("nan")
         worst = max(during) if during else float("nan")
         check("idle streams delay no round by more than one heartbeat (1 s)",
-              len(before) >= 1 and len(during) >= 3 and worst - med <= 1.0,
+              len(before) >= 1 and len(during) >= 10 and p90 - med <= 1.0,
               f"commit spacing before the idle streams: median {med:.2f} s of {len(before)}; "
-              f"while they are open: worst {worst:.2f} s of {len(during)}")
+              f"while they are open: 90th percentile {p90:.2f} s, worst {worst:.2f} s, "
+              f"of {len(during)}")
     finally:
         for p in procs:
             if p.poll() is None:
