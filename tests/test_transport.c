@@ -469,6 +469,20 @@ static void test_resume_and_rounds(void **state) {
     if (al_client_push_shard(c, &m, payload, &err)) fail_msg("%s", err.msg);
     assert_int_equal(F.sk.completed, done0 + 1);
     assert_memory_equal(F.sk.last, payload, 3000);
+    /* a sender that restarted pushes a shard its old stream left half-sent,
+     * without asking first: the server refuses the first try's chunk at offset
+     * 0 before writing it, and the next try asks and resumes at 1000 */
+    ch.shard_id = 3;
+    assert_int_equal(push_raw(c, &ch, 1), AL_ST_OUT_OF_RANGE);
+    al_client *c2 = client_as("b", F.dir, "b");
+    m.shard_id = 3;
+    done0 = F.sk.completed;
+    if (al_client_push_shard(c2, &m, payload, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(F.sk.completed, done0 + 1);
+    assert_memory_equal(F.sk.last, payload, 3000);
+    assert_int_equal(al_client_query_shard(c2, &m, &got, &complete, &err), 0);
+    assert_true(complete && got == 3000);
+    al_client_free(c2);
     /* a half-sent shard of round 11 is abandoned when the round moves on */
     ch.shard_id = 2;
     assert_int_equal(push_raw(c, &ch, 1), AL_ST_OUT_OF_RANGE);

@@ -361,7 +361,13 @@ static int shard_reply(void *u, const uint8_t *data, size_t len, char *why, size
 int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *data, al_err *err) {
     uint64_t from = 0;
     for (int attempt = 0;; attempt++) {
-        {
+        /* The first try starts at offset 0 without asking (a round trip less
+         * per shard: on a WAN the exchange's cost is mostly round trips). A
+         * shard the server holds whole answers ALREADY_EXISTS; one it holds
+         * in part (an older stream: a sender that restarted) refuses the first
+         * chunk with OUT_OF_RANGE before anything is written, since chunks
+         * must continue where it stands; then the next try asks. */
+        if (attempt > 0) {
             /* where to start or resume (a stream that broke, a sender that
              * restarted); this also fences off any older stream of the shard */
             int complete = 0;
@@ -372,8 +378,7 @@ int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *da
                 backoff_sleep(c, attempt, "QueryShard");
                 continue;
             }
-            if (complete && attempt > 0) return 0; /* it all arrived; only the ack was lost */
-            if (complete) from = 0; /* a second push: let the server say ALREADY_EXISTS */
+            if (complete) return 0; /* it all arrived: only the ack was lost */
             if (from && c->cfg.log)
                 al_logf(c->cfg.log, AL_LOG_INFO, "grpc PushShard -> %s: resuming at %llu of %llu",
                         c->peer, (unsigned long long)from, (unsigned long long)m->total_bytes);
@@ -390,6 +395,7 @@ int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *da
             c->last_status = AL_ST_INTERNAL;
             snprintf(c->last_details, sizeof c->last_details, "no complete acknowledgement");
         }
+        if (attempt == 0 && c->last_status == AL_ST_OUT_OF_RANGE) continue; /* ask, above */
         if (!retryable(c->last_status) || attempt + 1 >= c->cfg.max_attempts)
             return fail_status(c, "PushShard", err);
         backoff_sleep(c, attempt, "PushShard");
