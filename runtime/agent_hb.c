@@ -42,44 +42,16 @@ static int answered(const al_client *c, int rc) {
            st != AL_ST_UNKNOWN;
 }
 
-/* Our statistics to peer i; *answered_out: whether it answered at all (e: why not). */
-static void send_stats(agent *a, int i, const al_site_stats *st, long sr, uint64_t se,
-                       int *answered_out, al_err *e) {
-    int src = ag_push_stats(a, a->hb_cli[i], st, sr, se, e);
-    int sst = al_client_last_status(a->hb_cli[i]);
-    *answered_out = answered(a->hb_cli[i], src);
-    pthread_mutex_lock(&a->mu);
-    /* taken, or refused for good (another round): either way, not again */
-    if ((src == 0 || (sst != AL_ST_UNAVAILABLE && sst != AL_ST_DEADLINE_EXCEEDED)) &&
-        a->out_round == sr && a->out_epoch == se) {
-        a->stats_to &= ~(1u << i);
-        if (src == 0) a->stats_took |= 1u << i;
-    }
-    pthread_mutex_unlock(&a->mu);
-}
-
-/* One beat to peer i: our status (its answer into the inbox) and our
- * statistics if it still needs them. The statistics go first to a peer that
- * is up: they are what the peer's round waits for once its interval ends,
- * and our status for this round reached it at our last commit; sent after
- * the status's answer they came a round trip later (about 2 of the 9
- * one-way delays, docs/results/overlap.md). To a peer that is down the
- * status goes first, as a probe, so that a silent peer costs one timeout a
- * beat, not two. Returns whether it answered. */
+/* One beat to peer i: our status (its answer into the inbox), then our
+ * statistics if it still needs them. Returns whether it answered. */
 static int beat(agent *a, int i, al_err *e) {
     pthread_mutex_lock(&a->mu);
     al_peer_status mine = a->my_status, theirs;
-    int stats_due = (int)(a->stats_to >> i & 1);
-    int first = stats_due && !a->down[i];
+    int send_stats = (int)(a->stats_to >> i & 1);
     al_site_stats st = a->out_stats;
     long sr = a->out_round;
     uint64_t se = a->out_epoch;
     pthread_mutex_unlock(&a->mu);
-    if (first) {
-        int heard = 0;
-        send_stats(a, i, &st, sr, se, &heard, e);
-        if (!heard) return 0; /* silent: no status this beat either */
-    }
     int rc = al_client_status(a->hb_cli[i], &mine, &theirs, e);
     int ok = answered(a->hb_cli[i], rc);
     int why = al_client_last_status(a->hb_cli[i]);
@@ -98,10 +70,18 @@ static int beat(agent *a, int i, al_err *e) {
         pthread_cond_broadcast(&a->cv);
         pthread_mutex_unlock(&a->mu);
     }
-    if (ok && stats_due && !first) {
-        int heard;
+    if (ok && send_stats) {
         al_err se_err = {0};
-        send_stats(a, i, &st, sr, se, &heard, &se_err);
+        int src = ag_push_stats(a, a->hb_cli[i], &st, sr, se, &se_err);
+        int sst = al_client_last_status(a->hb_cli[i]);
+        pthread_mutex_lock(&a->mu);
+        /* taken, or refused for good (another round): either way, not again */
+        if ((src == 0 || (sst != AL_ST_UNAVAILABLE && sst != AL_ST_DEADLINE_EXCEEDED)) &&
+            a->out_round == sr && a->out_epoch == se) {
+            a->stats_to &= ~(1u << i);
+            if (src == 0) a->stats_took |= 1u << i;
+        }
+        pthread_mutex_unlock(&a->mu);
     }
     return ok;
 }
