@@ -3,6 +3,10 @@
 # sets bin (the autoloco binary, absolute), tmp (a fresh folder under /tmp,
 # removed at exit unless AL_TEST_KEEP is set), pids (processes killed at exit:
 # append yours), and the counters behind ok/no; the caller ends with al_test_end.
+# port prints a free port for an agent to listen on (free_port.py: below the
+# kernel's ephemeral range, which other tests' connections draw from).
+al_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+port() { python3 "$al_lib_dir/free_port.py"; }
 al_test_start() {
     set -u
     bin=${2:?usage: $1.sh path/to/autoloco}

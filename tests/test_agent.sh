@@ -43,7 +43,6 @@ done >in/f
 "$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
 "$bin" certs --dir certs --sites a,b,c,mallory >/dev/null || { echo "FAIL: certs"; exit 1; }
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # conf DIR SITE "SITES" PORTS... -- write DIR/SITE.ini; extra keys from $EXTRA
 conf() {

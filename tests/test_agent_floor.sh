@@ -17,7 +17,6 @@ for i in $(seq 1 300); do
 done >in/f
 "$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
 "$bin" certs --dir certs --sites a,b >/dev/null || { echo "FAIL: certs"; exit 1; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # run NAME FRACTION -- sites a and b, each reaching the other only through a proxy
 run() {

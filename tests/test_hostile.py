@@ -29,12 +29,14 @@ import json
 import os
 import statistics
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from free_port import free_port  # noqa: E402  (below the ephemeral range: see there)
 
 SKIP = 77
 try:
@@ -57,10 +59,6 @@ def check(what, cond, detail=""):
     failures += 0 if cond else 1
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def conf(tmp, me, ports):
