@@ -7,32 +7,36 @@ every outgoing connection's local port comes from. Between the moment a test
 picks a port and the moment its agent binds it, a gRPC client of another test
 running beside it (meson runs the multi-site suites in parallel) could take it
 as its local port, and the agent then fails with "cannot listen" (CI saw it).
-Ports are drawn at random from below that range and checked by binding.
+Ports are drawn at random from the 12,000 below that range (read from the
+kernel) and checked by binding.
 
-usage: free_port.py [N]   (prints N ports, one per line; default 1)
+usage: free_port.py   (prints one port)
 """
 import random
 import socket
-import sys
 
-LOW, HIGH = 20000, 32000  # below the ephemeral range
+
+def ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def free_port():
+    high = ephemeral_low() - 1
+    low = max(1024, high - 12000)
     for _ in range(1000):
-        p = random.randint(LOW, HIGH)
+        p = random.randint(low, high)
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", p))
             except OSError:
                 continue
             return p
-    raise RuntimeError(f"no free port in {LOW}..{HIGH} after 1000 tries")
+    raise RuntimeError(f"no free port in {low}..{high} after 1000 tries")
 
 
 if __name__ == "__main__":
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    seen = set()
-    while len(seen) < n:
-        seen.add(free_port())
-    print("\n".join(str(p) for p in seen))
+    print(free_port())

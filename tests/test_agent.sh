@@ -43,7 +43,6 @@ done >in/f
 "$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
 "$bin" certs --dir certs --sites a,b,c,mallory >/dev/null || { echo "FAIL: certs"; exit 1; }
 
-
 # conf DIR SITE "SITES" PORTS... -- write DIR/SITE.ini; extra keys from $EXTRA
 conf() {
     local dir=$1 me=$2 sites=$3

@@ -59,8 +59,6 @@ def check(what, cond, detail=""):
     failures += 0 if cond else 1
 
 
-
-
 def conf(tmp, me, ports):
     peers = "\n".join(f"{s} = 127.0.0.1:{ports[s]}" for s in "abc" if s != me)
     return f"""[site]
