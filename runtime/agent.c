@@ -212,21 +212,23 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     oc.s_ref = a->progress_lr ? a->h_base * c->inner_lr : a->h_base;
     if ((rc = al_outer_init(&a->outer, &oc, ag_theta_local(a), a->P, err))) return rc;
     a->delta = malloc(a->P * sizeof(float));
-    a->dbar = malloc(a->P * sizeof(float));
+    a->dbar = calloc(a->P, sizeof(float)); /* streaming: the fragments' latest Δ̄ */
     a->part = malloc(a->P * sizeof(float));
     if (!a->delta || !a->dbar || !a->part) return al_errf(err, AL_ENOMEM, "agent: out of memory");
     if ((rc = al_overlap_parse(c->outer_overlap, &a->overlap, err)))
         return al_err_prefix(err, "[outer] overlap");
-    if (a->overlap == AL_OVERLAP_DELAYED_MEAN || a->overlap == AL_OVERLAP_STREAMING)
+    if (a->overlap == AL_OVERLAP_DELAYED_MEAN)
         return al_errf(err, AL_EUNSUPPORTED,
                        "[outer] overlap: %s runs in autoloco sim only; the agents run none, "
-                       "delayed or delayed-mid",
+                       "delayed, delayed-mid or streaming",
                        al_overlap_name(a->overlap));
+    if ((rc = ag_stream_init(a, err))) return rc;
     if (a->overlap && (!(a->from = malloc(a->P * sizeof(float))) ||
                        !(a->iv_from = malloc(a->P * sizeof(float))) ||
                        !(a->iv_end = malloc(a->P * sizeof(float)))))
         return al_errf(err, AL_ENOMEM, "agent: out of memory");
-    if (a->overlap == AL_OVERLAP_DELAYED_MID && !(a->blend = malloc(a->P * sizeof(float))))
+    if ((a->overlap == AL_OVERLAP_DELAYED_MID || a->overlap == AL_OVERLAP_STREAMING) &&
+        !(a->blend = malloc(a->P * sizeof(float))))
         return al_errf(err, AL_ENOMEM, "agent: out of memory");
     return al_metrics_init(&a->met, c->site_name, err);
 }
@@ -265,6 +267,8 @@ static void teardown(agent *a) {
     free(a->blend);
     free(a->iv_from);
     free(a->iv_end);
+    ag_stream_free(a);
+    json_decref(a->pulled_stream);
     if (a->pol) al_policy_free(a->pol);
     free(a->delta);
     free(a->dbar);

@@ -106,6 +106,8 @@ static int write_extra(void *ctx, int i, const char *path, al_err *err) {
                             json_pack("{s:I, s:I, s:s}", "round", (json_int_t)a->bg_round, "h",
                                       (json_int_t)a->bg_h, "state",
                                       a->bg_trained ? "trained" : "pending"));
+    /* streaming: the fragments' schedule, and the merge the pending span makes */
+    if (m && a->sm.F) json_object_set_new(m, "stream", ag_stream_json(a));
     json_t *cj = counters_json(a);
     if (m && cj) json_object_update(m, cj);
     json_decref(cj);
@@ -210,6 +212,13 @@ int ag_load(agent *a, const char *path, al_err *err) {
                      "%s: saved with [outer] overlap on (the next interval's start is "
                      "in it); this configuration has overlap = none",
                      f);
+    json_t *sj = json_object_get(m, "stream");
+    if (rc == 0 && sj && !a->sm.F)
+        rc = al_errf(err, AL_EMISMATCH,
+                     "%s: saved with [outer] overlap = streaming; this configuration has "
+                     "overlap = %s",
+                     f, al_overlap_name(a->overlap));
+    if (rc == 0 && a->sm.F) rc = ag_stream_load(a, sj, f, 1, err);
     if (rc == 0 && pi) {
         a->bg_round = (long)pr;
         a->bg_h = (long)ph;

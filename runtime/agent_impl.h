@@ -8,6 +8,7 @@
 #ifndef AL_AGENT_IMPL_H
 #define AL_AGENT_IMPL_H
 
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -53,6 +54,31 @@ typedef struct ag_interval {
     double loss_sum, gnorm_sum, lr_sum, lr_sq_sum, lr_last, compute_s;
     long tokens;
 } ag_interval;
+
+/* [outer] overlap = streaming (agent_stream.c; docs/outer.md, "Streaming"):
+ * θ in F fragments, protocol round k exchanging fragment k mod F after a span
+ * of H/F inner steps; outer round r = k / F. Everything here but the span's
+ * Δ is committed state: it changes only when a round commits, so a round
+ * trained again (or resumed) computes the same S and statistics. */
+typedef struct ag_stream {
+    int F;           /* fragments (0: not streaming) */
+    long sr_step;    /* the inner step at which this outer round began */
+    double lr_cum;   /* Σ η of the committed spans */
+    double *lr_at;   /* [F] lr_cum at each fragment's last commit */
+    long *step_at;   /* [F] the inner step of each fragment's last commit */
+    double *fsq;     /* [F] this site's ‖Δ_p‖² at each fragment's last commit */
+    ag_interval sum; /* this outer round's committed spans (the statistics' running sums) */
+    double comm_prev, comm_cur; /* exchange seconds of the last outer round, and of this one */
+    /* the round in progress (do_train -> do_propose -> do_apply) */
+    double S;   /* S_p: Σ η (or steps) since fragment p's last commit */
+    double dsq; /* ‖Δ_p‖² */
+    /* the span training now (or pending): the merge it makes after `cut` of
+     * its steps, once round pend_round (which exchanged fragment pend_p) has
+     * committed: merged_round >= pend_round (under mu) */
+    int pend_p; /* -1: none */
+    long pend_round, pend_cut;
+    long merged_round; /* the last committed protocol round (under mu) */
+} ag_stream;
 
 /* An immutable copy of the committed state, served to joining sites. Kept
  * alive for a few commits so a reply in flight never reads freed memory. */
@@ -129,7 +155,8 @@ typedef struct agent {
     long pulled_round, pulled_step, pulled_h;
     int pulled_from;
     char pulled_policy[2048];
-    char health[96]; /* the machine's "no quorum: ..." as last reported */
+    json_t *pulled_stream; /* (streaming) its fragments' schedule (ag_stream_json) */
+    char health[96];       /* the machine's "no quorum: ..." as last reported */
     /* the inbox and outbox of the heartbeats (agent_hb.c), under mu */
     al_peer_status pst[AG_MAX_SITES]; /* a peer's latest status */
     int pst_new[AG_MAX_SITES];        /* ... not yet fed to the machine */
@@ -192,9 +219,11 @@ typedef struct agent {
     ag_interval bg_iv;   /* its statistics */
     int bg_rc;           /* its result, and why */
     al_err bg_err;
-    int bg_done; /* finished (under mu), at bg_t_end */
+    int bg_done;   /* finished (under mu), at bg_t_end */
+    int bg_parked; /* (streaming) waiting for a commit to merge, since bg_t_end (under mu) */
     double bg_t_end;
     volatile int bg_cancel; /* stop after the current step (W = 1) */
+    ag_stream sm;           /* overlap = streaming: the fragments' schedule */
     /* fault injection for tests (env AL_FAULT=interval:R or stats:R): die by
      * SIGKILL halfway through round R's interval, or right after sending
      * round R's statistics (in the middle of the sync) */
@@ -355,10 +384,38 @@ void ag_bg_discard(agent *a, int keep_start);
  * from its Δ), the round's own interval is kept instead, trained and not yet
  * merged: a resumed run exchanges it again. */
 int ag_bg_settle(agent *a, al_err *err);
-/* Is the thread's interval over (it may still need joining)? */
+/* Is the thread's interval over (it may still need joining), or (streaming) parked until a
+ * commit lets it merge? *t_end: since when. */
 int ag_bg_finished(agent *a, double *t_end);
 /* AL_FAULT=corrupt:R: flip a bit of θ_global and of its published copy. */
 void ag_corrupt(agent *a);
+
+/* agent_stream.c: [outer] overlap = streaming */
+int ag_stream_init(agent *a, al_err *err);
+void ag_stream_free(agent *a);
+/* Fragment [lo, hi) that protocol round `round` exchanges (all of θ unless streaming). */
+void ag_frag(const agent *a, long round, size_t *lo, size_t *hi);
+/* The inner steps of round `round`'s span (its outer round's H cut in F). */
+long ag_span_len(const agent *a, long round);
+/* Train round `round`'s span (the thread's or inline), merging the pending fragment on the way. */
+int ag_span_run(agent *a, long round, ag_interval *iv, long *step, al_err *err);
+/* After the span: Δ_p, S_p and this site's statistics (cumulative over the
+ * outer round) into a->mine's fields; θ_local's fragment p becomes the eager guess. */
+int ag_stream_delta(agent *a, al_site_stats *mine, al_err *err);
+/* The next span's merge: fragment p of this round after τ steps. */
+void ag_stream_next(agent *a);
+/* The candidate: the policy decides at the last fragment; fragment p steps. */
+int ag_stream_propose(agent *a, al_outer *cand, const al_site_stats *in_mean, int n_in,
+                      al_commit_decision *d, al_err *err);
+/* Round a->round committed (before a->round advances): the schedule moves on, and
+ * the thread may merge. h_next: the H decided (applies from the next outer round). */
+void ag_stream_commit(agent *a, double comm_s);
+/* The run is over: the budget is spent and every fragment's progress is in θ_global. */
+int ag_stream_done(const agent *a);
+/* The committed schedule as JSON (checkpoints, snapshots), and back (apply 0:
+ * only check it; nothing is written before all of it is checked). */
+json_t *ag_stream_json(const agent *a);
+int ag_stream_load(agent *a, json_t *j, const char *what, int apply, al_err *err);
 
 /* agent_ckpt.c: checkpoints (the trainer's, plus outer.bin and agent.json) */
 int ag_save(agent *a, al_err *err);

@@ -48,10 +48,11 @@ static int popcount32(uint32_t x) {
 /* The most bytes shard k of M may take encoded: its values (P·(k+1)/M −
  * P·k/M, as al_shard_range cuts them) at the codec's worst case. 0 if M or k
  * cannot be a shard of this run. */
-static uint64_t shard_max_bytes(const agent *a, int M, int k) {
-    if (M < 1 || M > a->nsites || k < 0 || k >= M) return 0;
-    size_t lo, hi;
-    al_shard_range(a->P, M, k, &lo, &hi);
+static uint64_t shard_max_bytes(const agent *a, long round, int M, int k) {
+    if (M < 1 || M > a->nsites || k < 0 || k >= M || round < 0) return 0;
+    size_t lo, hi, flo, fhi; /* (streaming: the round's fragment is what is cut in M) */
+    ag_frag(a, round, &flo, &fhi);
+    al_shard_range(fhi - flo, M, k, &lo, &hi);
     return al_codec_max_encoded(&a->cc.cfg, hi - lo);
 }
 
@@ -62,7 +63,7 @@ static int hk_open(void *u, const al_shard_meta *m, uint8_t **dst, char *why, si
     ag_heard(a, sender); /* every call of a peer is a heartbeat */
     int st = 0, M = popcount32(ag_tag_members(m->epoch)), k = (int)m->shard_id;
     ag_slot *s = sender >= 0 ? slot_for(a, m, sender) : NULL;
-    uint64_t most = s ? shard_max_bytes(a, M, k) : 0;
+    uint64_t most = s ? shard_max_bytes(a, (long)m->round, M, k) : 0;
     if (!s) {
         snprintf(why, n, "shard from '%s' (phase %u, shard %u): no place for it", m->site, m->phase,
                  m->shard_id);
@@ -352,7 +353,8 @@ int ag_publish_state(agent *a, al_err *err) {
     json_t *m = json_pack("{s:I, s:I, s:I, s:s, s:o, s:s}", "round", (json_int_t)a->round, "step",
                           (json_int_t)a->step, "h", (json_int_t)a->h, "policy", pol, "members",
                           members, "theta", th);
-    char *js = json_dumps(m, JSON_COMPACT);
+    if (m && a->sm.F) json_object_set_new(m, "stream", ag_stream_json(a));
+    char *js = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
     if (!js) {
         free(ob);
@@ -588,17 +590,20 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
     if (me == M) return al_errf(err, AL_EINVAL, "round %ld: this site is not a member", a->round);
     robust_filter(a, mem, st, M);
     uint64_t tag = ag_attempt_tag(epoch, members);
-    size_t lo, hi;
+    size_t lo, hi, flo, fhi; /* Δ[flo, fhi): all of θ, or (streaming) the round's fragment */
+    ag_frag(a, a->round, &flo, &fhi);
+    size_t P = fhi - flo;
+    float *delta = a->delta + flo, *dbar = a->dbar + flo;
     int p = (int)(a->round & 1);
     /* reduce-scatter: my part of shard k goes to its owner */
     al_mean acc;
-    al_shard_range(a->P, M, me, &lo, &hi);
+    al_shard_range(P, M, me, &lo, &hi);
     int rc = al_mean_init(&acc, a->nsites, hi - lo, err);
     if (rc) return rc;
     for (int k = 0; k < M && rc == 0; k++) {
         size_t klo, khi, len;
-        al_shard_range(a->P, M, k, &klo, &khi);
-        rc = al_commit_encode(&a->cc, a->delta + klo, khi - klo, &len, err);
+        al_shard_range(P, M, k, &klo, &khi);
+        rc = al_commit_encode(&a->cc, delta + klo, khi - klo, &len, err);
         if (rc) break;
         if (mem[k] == a->self) {
             rc = al_codec_decode(a->cc.enc, len, a->part, khi - klo, err);
@@ -649,7 +654,7 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
     /* all-gather: encode the mean once, decode it here too, send the same bytes */
     size_t len;
     if ((rc = al_commit_encode(&a->cc, a->part, hi - lo, &len, err))) return rc;
-    if ((rc = al_codec_decode(a->cc.enc, len, a->dbar + lo, hi - lo, err))) return rc;
+    if ((rc = al_codec_decode(a->cc.enc, len, dbar + lo, hi - lo, err))) return rc;
     for (int j = 0; j < M; j++) {
         if (mem[j] == a->self) continue;
         a->bytes_raw += (double)(hi - lo) * 4.0;
@@ -667,15 +672,15 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
     for (int k = 0; k < M && rc == 0; k++) { /* under the lock, as above */
         if (k == me) continue;
         size_t klo, khi;
-        al_shard_range(a->P, M, k, &klo, &khi);
+        al_shard_range(P, M, k, &klo, &khi);
         ag_slot *s = &a->gather[p][mem[k]];
-        rc = al_codec_decode(s->buf, s->meta.total_bytes, a->dbar + klo, khi - klo, err);
+        rc = al_codec_decode(s->buf, s->meta.total_bytes, dbar + klo, khi - klo, err);
         double nrm;
         if (rc) {
             *peer = mem[k];
             al_err_prefix(err, "round %ld: mean shard from %s refused", a->round, a->name[mem[k]]);
             rc = AL_EPEER;
-        } else if (!al_commit_fits_claim(a->dbar + klo, khi - klo, claim_max, &nrm)) {
+        } else if (!al_commit_fits_claim(dbar + klo, khi - klo, claim_max, &nrm)) {
             *peer = mem[k]; /* the same bytes reach every member: all refuse them alike */
             rc = al_errf(err, AL_EINTEGRITY,
                          "round %ld: mean shard from %s refused: its norm %.4g exceeds the "
@@ -713,6 +718,14 @@ int ag_pull(agent *a, int i, al_err *err) {
     a->pulled_step = (long)s;
     a->pulled_h = (long)h;
     snprintf(a->pulled_policy, sizeof a->pulled_policy, "%s", pol);
+    json_decref(a->pulled_stream); /* checked here, applied by do_adopt */
+    a->pulled_stream = json_incref(json_object_get(m, "stream"));
+    char what[160];
+    snprintf(what, sizeof what, "state from %s", a->name[i]);
+    if (a->sm.F && (rc = ag_stream_load(a, a->pulled_stream, what, 0, err))) {
+        json_decref(m);
+        return rc;
+    }
     char want[65];
     snprintf(want, sizeof want, "%s", th);
     json_decref(m);

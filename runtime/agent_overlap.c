@@ -106,7 +106,8 @@ static void *bg_main(void *arg) {
     /* the same reductions as the driver's thread, so a site trains the same
      * numbers with or without overlap (OpenMP's thread count is per thread) */
     al_threads_set(a->bg_threads);
-    int rc = ag_interval_run(a, a->bg_round, a->bg_h, &a->bg_iv, &a->bg_step, &e);
+    int rc = a->sm.F ? ag_span_run(a, a->bg_round, &a->bg_iv, &a->bg_step, &e)
+                     : ag_interval_run(a, a->bg_round, a->bg_h, &a->bg_iv, &a->bg_step, &e);
     pthread_mutex_lock(&a->mu);
     a->bg_rc = rc;
     a->bg_err = e;
@@ -148,13 +149,17 @@ int ag_bg_join(agent *a, al_err *err) {
     }
     a->iv = a->bg_iv;
     a->iv_h = a->bg_h;
+    a->sm.pend_p = -1; /* (streaming) its merge is made */
     a->step = a->bg_step;
     return 0;
 }
 
 void ag_bg_discard(agent *a, int keep_start) {
     if (a->bg_running) {
+        pthread_mutex_lock(&a->mu); /* (streaming: it may wait for a commit) */
         a->bg_cancel = 1;
+        pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
         pthread_join(a->bg_thread, NULL);
         a->bg_running = 0;
         a->bg_cancel = 0;
@@ -168,7 +173,10 @@ void ag_bg_discard(agent *a, int keep_start) {
             a->bg_pending = 1;
         }
     }
-    if (!keep_start) a->bg_pending = a->bg_trained = 0;
+    if (!keep_start) {
+        a->bg_pending = a->bg_trained = 0;
+        a->sm.pend_p = -1; /* θ_local starts again from θ_global */
+    }
 }
 
 int ag_bg_settle(agent *a, al_err *err) {
@@ -194,6 +202,7 @@ int ag_bg_settle(agent *a, al_err *err) {
         a->bg_trained = 1;
         a->bg_round = a->round;
         a->bg_h = a->iv_h;
+        a->sm.pend_p = -1; /* (streaming) its end holds the merge it made */
         al_logf(&a->log, AL_LOG_INFO,
                 "site %s: stopping before round %ld committed: its interval is saved as it "
                 "ended, to be exchanged again",
@@ -204,7 +213,7 @@ int ag_bg_settle(agent *a, al_err *err) {
 
 int ag_bg_finished(agent *a, double *t_end) {
     pthread_mutex_lock(&a->mu);
-    int done = a->bg_done;
+    int done = a->bg_done || a->bg_parked;
     *t_end = a->bg_t_end;
     pthread_mutex_unlock(&a->mu);
     return !a->bg_running || done;

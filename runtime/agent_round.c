@@ -84,7 +84,7 @@ static void check_finished(agent *a) {
      * same commit (the first after the signal) wherever their next interval
      * stands: not started (pending), or training (ag_bg_settle: it runs to its
      * end and is saved); a resumed site goes on from either */
-    if (a->step >= a->cfg->inner_steps || *a->stop) {
+    if ((a->sm.F ? ag_stream_done(a) : a->step >= a->cfg->inner_steps) || *a->stop) {
         a->finished = 1;
         a->linger_until = al_now() + a->cfg->round_deadline_s;
     }
@@ -104,12 +104,21 @@ static int ckpt_due(const agent *a, long next_round) {
  * trains the same interval from the same point). Nothing when the budget is
  * spent. */
 static int next_interval(agent *a, al_err *err) {
-    if (a->step >= a->cfg->inner_steps) return 0;
-    double s_r = a->progress_lr ? a->iv.lr_sum : (double)a->iv.steps;
-    al_eager_in in = {.delta = a->delta, .blend = a->blend};
-    if (a->overlap == AL_OVERLAP_DELAYED_MID) in.from = a->from; /* still this interval's start */
-    int rc = al_commit_eager(&a->eager, &a->outer, &in, s_r, ag_theta_local(a), err);
-    if (rc) return al_err_prefix(err, "round %ld: the eager start", a->round);
+    if (a->sm.F) { /* streaming: the eager guess is in θ_local (ag_stream_delta) */
+        /* none after the run's last exchange (the round after is the end) */
+        const ag_stream *sm = &a->sm;
+        long budget = a->cfg->inner_steps;
+        long sr_next = a->round % sm->F == sm->F - 1 ? a->step : sm->sr_step;
+        if (a->step >= budget && sr_next >= budget && (a->round + 1) % sm->F == sm->F - 1) return 0;
+        ag_stream_next(a);
+    } else {
+        if (a->step >= a->cfg->inner_steps) return 0;
+        double s_r = a->progress_lr ? a->iv.lr_sum : (double)a->iv.steps;
+        al_eager_in in = {.delta = a->delta, .blend = a->blend};
+        if (a->overlap == AL_OVERLAP_DELAYED_MID) in.from = a->from; /* this interval's start */
+        int rc = al_commit_eager(&a->eager, &a->outer, &in, s_r, ag_theta_local(a), err);
+        if (rc) return al_err_prefix(err, "round %ld: the eager start", a->round);
+    }
     if (*a->stop || ckpt_due(a, a->round + 1)) {
         a->bg_pending = 1;
         a->bg_round = a->round + 1;
@@ -150,11 +159,17 @@ static int do_train(agent *a, al_err *err) {
          * the run below adds no step */
         if (a->overlap && !(a->bg_trained && a->bg_round == a->round))
             memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
+        int trained = a->bg_trained && a->bg_round == a->round;
         a->bg_pending = a->bg_trained = 0;
         a->iv_h = h;
-        rc = ag_interval_run(a, a->round, h, &a->iv, &a->step, err);
+        if (!a->sm.F)
+            rc = ag_interval_run(a, a->round, h, &a->iv, &a->step, err);
+        else if (!trained) /* streaming: the span, and the merge it makes */
+            rc = ag_span_run(a, a->round, &a->iv, &a->step, err);
+        a->sm.pend_p = -1;
     }
     if (rc) return rc;
+    if (a->sm.F) a->iv_h = a->h; /* (the records show the outer round's H) */
     a->t_train_end = al_now();
     al_metrics_add(&a->met, AL_M_COMPUTE_S, a->iv.compute_s);
     double dsq = 0;
@@ -162,29 +177,36 @@ static int do_train(agent *a, al_err *err) {
         memcpy(a->iv_from, a->from, a->P * sizeof(float));
         memcpy(a->iv_end, ag_theta_local(a), a->P * sizeof(float));
     }
-    rc = a->overlap ? al_commit_merge(ag_theta_local(a), a->from, a->outer.theta, a->P, a->delta,
-                                      &dsq, err)
-                    : al_pseudo_grad(a->delta, a->outer.theta, ag_theta_local(a), a->P, &dsq, err);
-    if (rc) return rc;
-    if (a->overlap && (rc = next_interval(a, err))) return rc;
-    if (a->fault_poison != 0) { /* test hook: a poisoning member (it reports its norm) */
-        for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_poison;
-        dsq = a->fault_poison * a->fault_poison * (double)a->P;
-    }
-    if (a->fault_liar != 0) /* test hook: the same Δ, reporting the honest norm */
-        for (size_t i = 0; i < a->P; i++) a->delta[i] = (float)a->fault_liar;
     long n = AL_MAX(a->iv.steps, 1);
     a->mine = (al_site_stats){.site = a->self,
                               .steps = a->iv.steps,
                               .loss = a->iv.loss_sum / (double)n,
                               .grad_norm = a->iv.gnorm_sum / (double)n,
-                              .delta_sq = dsq,
                               .lr_sum = a->iv.lr_sum,
                               .lr_sq_sum = a->iv.lr_sq_sum,
                               .lr_last = a->iv.lr_last,
                               .tokens = a->iv.tokens,
                               .compute_s = a->iv.compute_s,
                               .comm_s = a->xchg_s};
+    if (a->sm.F) /* streaming: fragment p's Δ, the outer round's running statistics */
+        rc = ag_stream_delta(a, &a->mine, err);
+    else if (a->overlap)
+        rc = al_commit_merge(ag_theta_local(a), a->from, a->outer.theta, a->P, a->delta, &dsq, err);
+    else
+        rc = al_pseudo_grad(a->delta, a->outer.theta, ag_theta_local(a), a->P, &dsq, err);
+    if (rc) return rc;
+    if (!a->sm.F) a->mine.delta_sq = dsq;
+    if (a->overlap && (rc = next_interval(a, err))) return rc;
+    size_t lo, hi; /* what this round exchanges */
+    ag_frag(a, a->round, &lo, &hi);
+    if (a->fault_poison != 0) { /* test hook: a poisoning member (it reports its norm) */
+        for (size_t i = lo; i < hi; i++) a->delta[i] = (float)a->fault_poison;
+        double v = a->fault_poison * a->fault_poison * (double)(hi - lo);
+        a->mine.delta_sq += v - (a->sm.F ? a->sm.dsq : a->mine.delta_sq);
+        if (a->sm.F) a->sm.dsq = v;
+    }
+    if (a->fault_liar != 0) /* test hook: the same Δ, reporting the honest norm */
+        for (size_t i = lo; i < hi; i++) a->delta[i] = (float)a->fault_liar;
     if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
     a->mine_round = a->round;
     al_round_event ev = {.type = AL_EV_INTERVAL_DONE, .peer = -1, .round = a->round};
@@ -256,8 +278,13 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
     int n_in = 0;
     for (int j = 0; j < a->cand_M; j++)
         if (!a->excluded[a->cand_mem[j]]) in_mean[n_in++] = a->cand_st[j];
-    rc = al_commit_decide(a->pol, in_mean, n_in, a->dbar, a->P, a->round, a->h, &a->cand_d, err);
-    if (rc == 0) rc = al_commit_step(&a->cand, a->dbar, &a->cand_d, a->progress_lr, err);
+    if (a->sm.F) {
+        rc = ag_stream_propose(a, &a->cand, in_mean, n_in, &a->cand_d, err);
+    } else {
+        rc =
+            al_commit_decide(a->pol, in_mean, n_in, a->dbar, a->P, a->round, a->h, &a->cand_d, err);
+        if (rc == 0) rc = al_commit_step(&a->cand, a->dbar, &a->cand_d, a->progress_lr, err);
+    }
     if (rc) {
         al_policy_load(a->pol, a->pol_before, NULL);
         return al_err_prefix(err, "round %ld", a->round);
@@ -398,6 +425,9 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     double ev = NAN; /* this round's evaluation, if it has one */
     long every = a->cfg->inner_eval_every;
     int last = a->step >= a->cfg->inner_steps;
+    if (a->sm.F) /* streaming: the last of the final exchanges */
+        last = last && (a->round + 1) % a->sm.F == a->sm.F - 1 &&
+               (a->sm.sr_step >= a->cfg->inner_steps || a->round % a->sm.F == a->sm.F - 1);
     int rc;
     if (a->val.tok && (last || (every > 0 && a->step / every != (a->step - trained) / every))) {
         if ((rc = eval_global(a, &ev, err))) return rc;
@@ -452,6 +482,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
             isnan(ev) ? "" : " (eval)", sent, rec.theta);
     /* the next round */
     a->h = (long)d->h_next;
+    if (a->sm.F) ag_stream_commit(a, t_comm); /* (streaming: the thread may merge now) */
     a->round++;
     if ((rc = enter_round(a, err))) return rc;
     check_finished(a);
@@ -503,6 +534,10 @@ static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
                 "state replaces them",
                 a->name[a->self], trained, a->round);
     int rc = al_policy_load(a->pol, a->pulled_policy, err);
+    if (rc == 0 && a->sm.F) { /* (checked by ag_pull) */
+        rc = ag_stream_load(a, a->pulled_stream, "stream", 1, err);
+        a->sm.pend_p = -1; /* θ_local starts from θ_global: nothing to merge */
+    }
     if (rc) return al_err_prefix(err, "the state from %s", a->name[a->pulled_from]);
     ag_bg_discard(a, 0); /* overlap: the interval beside the round is void too */
     outer_swap(&a->outer, &a->pulled);
@@ -625,6 +660,7 @@ int ag_drive(agent *a, double *eval, al_err *err) {
     *eval = NAN;
     a->step0 = a->step - a->iv.steps;
     a->mine_round = -1;
+    a->sm.merged_round = a->round - 1; /* (streaming: what committed before this process) */
     int rc = ag_machine_init(a, err);
     if (rc) return rc;
     /* (an interval trained before a stop, not yet exchanged, is not the end) */

@@ -65,9 +65,11 @@
       "what the correction counts an interval in: inner steps (S_r = H) or accumulated lr")        \
     X(outer, codec, STR, "int8+zstd", NULL, 0,                                                     \
       "pseudo-gradient codec: fp32|bf16|int8|int4[+zstd]")                                         \
-    X(outer, overlap, STR, "none", "none|delayed|delayed-mid", 0,                                  \
-      "delayed, delayed-mid: round r's exchange runs beside interval r+1's training; they differ " \
-      "in the next interval's eager start (docs/outer.md)")                                        \
+    X(outer, overlap, STR, "none", "none|delayed|delayed-mid|streaming", 0,                        \
+      "delayed, delayed-mid: round r's exchange runs beside interval r+1's training; streaming: "  \
+      "theta in [outer] fragments synchronised in turn (docs/outer.md)")                           \
+    X(outer, fragments, INT, 16, 1, 1024,                                                          \
+      "overlap = streaming: F fragments of theta, one synchronised every H/F inner steps")         \
     X(round, deadline_s, DBL, 120, 0.1, 86400,                                                     \
       "seconds a round waits for a site's shards and statistics before dropping it")               \
     X(round, min_sites, INT, 1, 1, 256, "fewest live sites to train with (fewer: wait)")           \

@@ -56,10 +56,11 @@ static void demo_usage(FILE *f) {
             "  --h-base H       the DiLoCo interval to compare with (default 50)\n"
             "  --codec C        pseudo-gradient codec (default int8+zstd)\n"
             "  --correction C   autoloco|none (default autoloco)\n"
-            "  --overlap O      none|delayed|delayed-mid: the overlapped modes train the\n"
-            "                   next interval while a round's exchange crosses the link;\n"
-            "                   delayed-mid starts it closer to the next theta_global\n"
-            "                   (docs/outer.md; default none)\n"
+            "  --overlap O      none|delayed|delayed-mid|streaming: the overlapped modes\n"
+            "                   train on while a round's exchange crosses the link;\n"
+            "                   delayed-mid starts the next interval closer to the next\n"
+            "                   theta_global; streaming syncs 16 fragments of theta in\n"
+            "                   turn (docs/outer.md; default none)\n"
             "  --preset P       model preset (default demo); the microbatch is rows of its\n"
             "                   context length T, about 2048 tokens\n"
             "  --train FILE     training token file (default: the fortunes corpus; the\n"
@@ -304,10 +305,10 @@ int al_cmd_demo(int argc, char **argv, al_err *err) {
     }
     al_overlap ov;
     if ((rc = al_overlap_parse(d.overlap, &ov, err))) return al_err_prefix(err, "demo: --overlap");
-    if (ov == AL_OVERLAP_DELAYED_MEAN || ov == AL_OVERLAP_STREAMING)
+    if (ov == AL_OVERLAP_DELAYED_MEAN)
         return al_errf(err, AL_EUNSUPPORTED,
                        "demo: --overlap: %s is the simulator's only (autoloco sim); "
-                       "the agents run none, delayed or delayed-mid",
+                       "the agents run none, delayed, delayed-mid or streaming",
                        al_overlap_name(ov));
     al_model_config mc;
     if ((rc = al_model_preset(&mc, d.preset, err))) return al_err_prefix(err, "demo: --preset");

@@ -164,7 +164,9 @@ static int stream_sync(sim *s, stream *st, int p, long b, long round, json_t *re
      * fragment from its own guess of the new θ_global (the outer step with its
      * Δ^m for Δ̄, on a scratch copy of the fragment's state), not from where
      * it stood, which lags θ_global by the whole outer step */
-    for (int j = 0; j < live && o->stream_eager; j++) {
+    /* (S = 0: no inner step since the fragment's last sync, as when H < F: the
+     * fragment takes no outer step, and its guess is θ_global itself) */
+    for (int j = 0; j < live && o->stream_eager && S > 0; j++) {
         int m = s->members[j];
         if (!s->eager.theta &&
             (rc = al_outer_init(&s->eager, &s->outer[m].cfg, s->outer[m].theta, s->P, err)))
@@ -177,7 +179,8 @@ static int stream_sync(sim *s, stream *st, int p, long b, long round, json_t *re
     }
     char hash0[65], hm[65];
     for (int m = 0; m < s->M; m++) {
-        if ((rc = al_outer_step_part(&s->outer[m], s->dbar + lo, lo, hi, S, err))) return rc;
+        if (S > 0 && (rc = al_outer_step_part(&s->outer[m], s->dbar + lo, lo, hi, S, err)))
+            return rc;
         al_outer_hash(&s->outer[m], m == 0 ? hash0 : hm);
         if (m > 0 && strcmp(hash0, hm) != 0)
             return al_errf(err, AL_EINTEGRITY,

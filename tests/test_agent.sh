@@ -17,7 +17,8 @@
 # Every wait is bounded (timeout); nothing is left running. AL_TEST_DEADLINE
 # sets the agents' round deadline (default 5 s; the sanitizer run uses more).
 # AL_TEST_OVERLAP=delayed runs every agent with [outer] overlap = delayed (and
-# the simulator of section 3 too); AL_TEST_SECTIONS="2 2c 3" runs only the
+# the simulator of section 3 too), AL_TEST_FRAGMENTS=F with F fragments
+# (overlap = streaming; default 16); AL_TEST_SECTIONS="2 2c 3" runs only the
 # sections with those tags (the "# ---- TAG." headers below).
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ -n ${AL_TEST_SECTIONS:-} && -z ${AL_TEST_FILTERED:-} ]]; then
@@ -85,6 +86,7 @@ conf() {
         echo "[outer]"
         echo "codec = int8+zstd"
         echo "overlap = ${OVERLAP:-${AL_TEST_OVERLAP:-none}}"
+        echo "fragments = ${AL_TEST_FRAGMENTS:-16}"
         echo "lr = ${OUTER_LR:-0.7}"
         echo "[policy]"
         echo "name = fixed"
@@ -227,7 +229,13 @@ done
 # ---- 2d. a peer that lies in its statistics (issue 17) -----------------------------
 # c sends round 2's statistics with one inner step too many, or with tokens
 # 2^64-1: a and b leave it out of that round, say why, and finish together.
-for lie in "badstats:11 inner steps, this site ran 10" "badtokens:2^63 or more tokens, out of range"; do
+# (streaming: round 2's statistics count the outer round's steps so far)
+n=10
+if [[ ${AL_TEST_OVERLAP:-} == streaming ]]; then
+    F=${AL_TEST_FRAGMENTS:-16}
+    n=$((10 * (2 % F + 1) / F))
+fi
+for lie in "badstats:$((n + 1)) inner steps, this site ran $n" "badtokens:2^63 or more tokens, out of range"; do
     fault=${lie%%:*} why=${lie#*:}
     dir=r2d-$fault
     PORTS=($(port) $(port) $(port))
@@ -504,7 +512,8 @@ ref=$(hash_of r4/run-a/summary.json)
     --set model.preset=demo --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin" \
     --set inner.batch=4 --set inner.seq=32 --set inner.steps=150 --set inner.warmup=5 \
     --set inner.lr=1e-2 --set inner.threads=1 --set inner.eval_batches=4 \
-    --codec int8+zstd --set outer.lr=0.7 --overlap "${AL_TEST_OVERLAP:-none}" >sim.out 2>&1
+    --codec int8+zstd --set outer.lr=0.7 --overlap "${AL_TEST_OVERLAP:-none}" \
+    --set outer.fragments="${AL_TEST_FRAGMENTS:-16}" >sim.out 2>&1
 sim_hash=$(tail -n 1 sim.out | python3 -c 'import json,sys; print(json.load(sys.stdin)["hash"])' 2>/dev/null)
 if [[ -n $ref && $sim_hash == "$ref" ]]; then
     ok "a 2-site sim with the same settings ends on the 2-site agents' theta ($ref)"
@@ -565,10 +574,13 @@ stop2 r5w 0 0 || no "W=2: SIGTERM did not end the agents with status 0"
 at=$(sed -n 's/.*saved checkpoint .* (round \([0-9]*\), step.*/\1/p' r5w/a.log r5w/b.log | sort -u)
 run2 r5w resume || no "W=2: resumed run failed: $(tail -n 2 r5w/*.log)"
 got=$(hash_of r5w/run-a/summary.json)
-if [[ $at =~ ^[0-9]+$ ]] && ((at < 4)) && [[ -n $ref && $got == "$ref" && $(hash_of r5w/run-b/summary.json) == "$ref" ]] &&
+# (streaming: a round is a span of H/F steps)
+Fw=1
+[[ ${AL_TEST_OVERLAP:-} == streaming ]] && Fw=${AL_TEST_FRAGMENTS:-16}
+if [[ $at =~ ^[0-9]+$ ]] && ((at < 4 * Fw)) && [[ -n $ref && $got == "$ref" && $(hash_of r5w/run-b/summary.json) == "$ref" ]] &&
     [[ $(grep -c "2 workers forked once (process threads: 1)" r5w/a.log) -eq 2 ]] &&
-    grep -q "resumed from .* at round $at, step $((at * 250))" r5w/a.log; then
-    ok "W=2: stopped by SIGTERM after $at rounds of 4, resumed: theta $got, as uninterrupted ($ref)"
+    grep -q "resumed from .* at round $at, step $((at / Fw * 250 + 250 * (at % Fw) / Fw))" r5w/a.log; then
+    ok "W=2: stopped by SIGTERM after $at rounds of $((4 * Fw)), resumed: theta $got, as uninterrupted ($ref)"
 else
     no "W=2 resume not exact: stopped at round(s) '$at', uninterrupted $ref, resumed $got $(hash_of r5w/run-b/summary.json)"
 fi
@@ -644,8 +656,10 @@ sed 's/^\[outer\]$/[outer]\nmax_delta_ratio = 0.5/' r6/a.ini >r6/bad7.ini
 expect_err "\[outer\] max_delta_ratio: 0.5 would leave out the median site itself" -- "$bin" config check r6/bad7.ini
 sed 's/^\[round\]$/[round]\nheartbeat_s = 2\npeer_timeout_s = 3/' r6/a.ini >r6/bad8.ini
 expect_err "\[round\] peer_timeout_s: 3 s is less than two heartbeats \(heartbeat_s = 2 s\)" -- "$bin" config check r6/bad8.ini
-sed 's/^overlap = .*/overlap = streaming/' r6/a.ini >r6/bad9.ini
-expect_err "\[outer\] overlap: 'streaming' is not one of none\|delayed\|delayed-mid" -- "$bin" config check r6/bad9.ini
+sed 's/^overlap = .*/overlap = delayed-mean/' r6/a.ini >r6/bad9.ini
+expect_err "\[outer\] overlap: 'delayed-mean' is not one of none\|delayed\|delayed-mid\|streaming" -- "$bin" config check r6/bad9.ini
+sed 's/^\[outer\]$/[outer]\nfragments = 0/' r6/a.ini >r6/bad10.ini
+expect_err "\[outer\] fragments: 0 is out of range" -- "$bin" config check r6/bad10.ini
 # a peer with another run configuration
 conf r7 a "a b"
 OUTER_LR=0.5 conf r7 b "a b"

