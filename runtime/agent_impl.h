@@ -206,7 +206,9 @@ typedef struct agent {
     float *iv_from;      /* P floats: where the last merged interval started ... */
     float *iv_end;       /* ... and ended (before the merge): ag_bg_settle's rewind */
     al_outer eager;      /* scratch for the eager start (al_commit_eager) */
-    pthread_t bg_thread; /* trains interval bg_round */
+    pthread_t bg_thread; /* trains interval bg_round; one for the run (bg_alive) */
+    int bg_alive;        /* the thread exists; bg_quit (under mu) ends it */
+    int bg_go, bg_quit;  /* (under mu) train the interval set up / end */
     int bg_running;      /* started and not joined */
     int bg_pending;      /* θ_local is interval bg_round's start, not trained yet: trained
                           * after the commit (a checkpoint or a stop came first) */
@@ -371,6 +373,8 @@ void ag_local_from_global(agent *a);
 /* Start training interval `round` with H h on its own thread, from θ_local
  * (copied into a->from) and a->step. */
 int ag_bg_start(agent *a, long round, long h, al_err *err);
+/* End the thread (after its last interval is joined or discarded). */
+void ag_bg_quit(agent *a);
 /* Wait for it: a->iv, a->iv_h and a->step take its results; its error if any. */
 int ag_bg_join(agent *a, al_err *err);
 /* Stop it after its current step and drop what it trained. keep_start: θ_local

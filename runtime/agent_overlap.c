@@ -99,21 +99,32 @@ int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, a
 
 /* ---- the interval on its own thread ---------------------------------------------------- */
 
+/* One thread for the whole run, started with the first interval it trains
+ * and woken for each next one (bg_go): a fresh thread per interval paid its
+ * cold start (caches, OpenMP and BLAS per-thread state) every time, which
+ * streaming's F spans a round made visible (about a step per span). */
 static void *bg_main(void *arg) {
     agent *a = arg;
     pthread_setname_np(pthread_self(), "al-interval"); /* for top -H, perf */
-    al_err e = {0};
-    /* the same reductions as the driver's thread, so a site trains the same
-     * numbers with or without overlap (OpenMP's thread count is per thread) */
-    al_threads_set(a->bg_threads);
-    int rc = a->sm.F ? ag_span_run(a, a->bg_round, &a->bg_iv, &a->bg_step, &e)
-                     : ag_interval_run(a, a->bg_round, a->bg_h, &a->bg_iv, &a->bg_step, &e);
     pthread_mutex_lock(&a->mu);
-    a->bg_rc = rc;
-    a->bg_err = e;
-    a->bg_done = 1;
-    a->bg_t_end = al_now();
-    pthread_cond_broadcast(&a->cv); /* the driver may be waiting for work */
+    for (;;) {
+        while (!a->bg_go && !a->bg_quit) pthread_cond_wait(&a->cv, &a->mu);
+        if (a->bg_quit) break;
+        a->bg_go = 0;
+        pthread_mutex_unlock(&a->mu);
+        al_err e = {0};
+        /* the same reductions as the driver's thread, so a site trains the same
+         * numbers with or without overlap (OpenMP's thread count is per thread) */
+        al_threads_set(a->bg_threads);
+        int rc = a->sm.F ? ag_span_run(a, a->bg_round, &a->bg_iv, &a->bg_step, &e)
+                         : ag_interval_run(a, a->bg_round, a->bg_h, &a->bg_iv, &a->bg_step, &e);
+        pthread_mutex_lock(&a->mu);
+        a->bg_rc = rc;
+        a->bg_err = e;
+        a->bg_done = 1;
+        a->bg_t_end = al_now();
+        pthread_cond_broadcast(&a->cv); /* the driver may be waiting for work */
+    }
     pthread_mutex_unlock(&a->mu);
     return NULL;
 }
@@ -122,6 +133,14 @@ int ag_bg_start(agent *a, long round, long h, al_err *err) {
     memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
     a->tr.step = a->step;
     if (a->workers > 1) a->odc.step = a->step;
+    if (!a->bg_alive) {
+        int e = pthread_create(&a->bg_thread, NULL, bg_main, a);
+        if (e)
+            return al_errf(err, AL_EIO, "round %ld: cannot start the training thread (error %d)",
+                           round, e);
+        a->bg_alive = 1;
+    }
+    pthread_mutex_lock(&a->mu);
     memset(&a->bg_iv, 0, sizeof a->bg_iv);
     a->bg_round = round;
     a->bg_h = h;
@@ -131,18 +150,34 @@ int ag_bg_start(agent *a, long round, long h, al_err *err) {
     a->bg_cancel = 0;
     a->bg_pending = 0;
     a->bg_threads = al_threads_get();
-    int e = pthread_create(&a->bg_thread, NULL, bg_main, a);
-    if (e)
-        return al_errf(err, AL_EIO, "round %ld: cannot start the training thread (error %d)", round,
-                       e);
+    a->bg_go = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
     a->bg_running = 1;
     return 0;
 }
 
+/* Wait until the thread's interval is over. */
+static void bg_wait(agent *a) {
+    pthread_mutex_lock(&a->mu);
+    while (!a->bg_done) pthread_cond_wait(&a->cv, &a->mu);
+    pthread_mutex_unlock(&a->mu);
+    a->bg_running = 0;
+}
+
+void ag_bg_quit(agent *a) {
+    if (!a->bg_alive) return;
+    pthread_mutex_lock(&a->mu);
+    a->bg_quit = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->bg_thread, NULL);
+    a->bg_alive = 0;
+}
+
 int ag_bg_join(agent *a, al_err *err) {
     if (!a->bg_running) return 0;
-    pthread_join(a->bg_thread, NULL);
-    a->bg_running = 0;
+    bg_wait(a);
     if (a->bg_rc) {
         *err = a->bg_err;
         return a->bg_rc;
@@ -160,8 +195,7 @@ void ag_bg_discard(agent *a, int keep_start) {
         a->bg_cancel = 1;
         pthread_cond_broadcast(&a->cv);
         pthread_mutex_unlock(&a->mu);
-        pthread_join(a->bg_thread, NULL);
-        a->bg_running = 0;
+        bg_wait(a);
         a->bg_cancel = 0;
         if (a->bg_iv.steps > 0)
             al_logf(&a->log, AL_LOG_INFO,
