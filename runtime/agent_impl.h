@@ -133,6 +133,9 @@ typedef struct agent {
     al_outer cand;                    /* the candidate outer state beside a->outer */
     int have_cand;                    /* cand holds the candidate of (cand_round, cand_epoch) */
     al_commit_decision cand_d;        /* its decision */
+    al_round_hash cand_h;             /* its θ's hash (computed once, in do_propose) */
+    char theta_hex[65];               /* θ_global's hash after a commit (cand_h), for the */
+    int theta_hex_ok;                 /* round record and the snapshot: not hashed again */
     char pol_before[2048];            /* the policy's state before the candidate's decision */
     int cand_mem[AG_MAX_SITES];       /* its members (site ids, increasing) and statistics */
     al_site_stats cand_st[AG_MAX_SITES];
@@ -337,8 +340,9 @@ void ag_event_at(agent *a, const char *kind, const char *site, long round, long 
 void ag_event_line(agent *a, const char *line);
 
 /* agent_machine.c: the agent's side of the round state machine */
-/* θ_global's hash as the machine holds it. */
+/* θ_global's hash as the machine holds it, and as hex. */
 void ag_hash_of(const al_outer *o, al_round_hash *h);
+void ag_hash_hex(const al_round_hash *h, char hx[65]);
 /* The machine's status as the heartbeats carry it. */
 void ag_status_out(const al_round_status *st, al_peer_status *p);
 /* Feed one event to the machine, stamped now (traced with AL_LOG=debug). */

@@ -19,7 +19,7 @@ void ag_hash_of(const al_outer *o, al_round_hash *h) {
     ag_hex32(hx, h->b);
 }
 
-static void hash_hex(const al_round_hash *h, char hx[65]) {
+void ag_hash_hex(const al_round_hash *h, char hx[65]) {
     for (int k = 0; k < 32; k++) snprintf(hx + 2 * k, 3, "%02x", h->b[k]);
 }
 
@@ -93,7 +93,7 @@ static void vote_path(const agent *a, char *p, size_t n) {
 int ag_vote_save(agent *a, const al_round_vote *v, al_err *err) {
     char path[4200], hx[65];
     vote_path(a, path, sizeof path);
-    hash_hex(&v->value.hash, hx);
+    ag_hash_hex(&v->value.hash, hx);
     json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:s, s:I}", "run", a->run_hash, "round",
                           (json_int_t)v->round, "epoch", (json_int_t)v->epoch, "vote", v->vote,
                           "hash", hx, "members", (json_int_t)v->value.members);

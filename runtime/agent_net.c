@@ -349,7 +349,11 @@ int ag_publish_state(agent *a, al_err *err) {
     for (int i = 0; i < a->nsites; i++)
         if (a->live[i]) json_array_append_new(members, json_string(a->name[i]));
     char th[65];
-    al_outer_hash(&a->outer, th);
+    if (a->theta_hex_ok) /* (a commit: the candidate's hash, computed when it was proposed) */
+        memcpy(th, a->theta_hex, sizeof th);
+    else
+        al_outer_hash(&a->outer, th);
+    a->theta_hex_ok = 0;
     json_t *m = json_pack("{s:I, s:I, s:I, s:s, s:o, s:s}", "round", (json_int_t)a->round, "step",
                           (json_int_t)a->step, "h", (json_int_t)a->h, "policy", pol, "members",
                           members, "theta", th);

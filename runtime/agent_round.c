@@ -293,6 +293,7 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
     al_round_event ev = {
         .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
     ag_hash_of(&a->cand, &ev.hash);
+    a->cand_h = ev.hash;
     ag_hash_of(&a->outer, &ev.theta);
     ag_feed(a, &ev);
     return 0;
@@ -366,13 +367,14 @@ static int eval_global(agent *a, double *eval, al_err *err) {
  * round's bookkeeping follows (membership events, counters, the round
  * record in the event log, evaluation, the log line), then the next round. */
 static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *err) {
-    al_round_hash h;
-    if (a->have_cand) ag_hash_of(&a->cand, &h);
-    if (!a->have_cand || memcmp(h.b, act->hash.b, 32) != 0)
+    /* (the candidate is untouched since do_propose hashed it) */
+    if (!a->have_cand || memcmp(a->cand_h.b, act->hash.b, 32) != 0)
         return al_errf(err, AL_EINVAL, "round %ld: asked to apply a candidate this site lacks",
                        a->round);
     outer_swap(&a->outer, &a->cand);
     a->have_cand = 0;
+    ag_hash_hex(&a->cand_h, a->theta_hex); /* θ_global's now; enter_round publishes it */
+    a->theta_hex_ok = 1;
     long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
     /* overlap: θ_local is the next interval's, training or about to */
     if (!a->bg_running && !a->bg_pending) ag_local_from_global(a);
@@ -468,7 +470,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     rec.comm_floor = d->comm_floor;
     rec.outer_lr_scale = a->outer.last.scale;
     rec.outer_mu = a->outer.last.mu;
-    al_outer_hash(&a->outer, rec.theta); /* per round: sites compare their histories */
+    memcpy(rec.theta, a->theta_hex, sizeof rec.theta); /* per round: sites compare histories */
     rec.configured = a->nsites;
     rec.agree = agreeing(a, act);
     al_metrics_add_round(&a->met, &rec, NULL);
@@ -542,6 +544,7 @@ static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
     ag_bg_discard(a, 0); /* overlap: the interval beside the round is void too */
     outer_swap(&a->outer, &a->pulled);
     a->have_pulled = 0;
+    a->theta_hex_ok = 0;
     long before = a->round;
     a->round = a->pulled_round;
     a->step = a->pulled_step;

@@ -268,7 +268,10 @@ int ag_stream_load(agent *a, json_t *j, const char *what, int apply, al_err *err
         json_t *x = json_array_get(sa, (size_t)p);
         if (!json_is_number(json_array_get(la, (size_t)p)) || !json_is_integer(x) ||
             json_integer_value(x) < 0 || !json_is_number(json_array_get(fa, (size_t)p)))
-            return al_errf(err, AL_EFORMAT, "%s: 'stream': fragment %d: not a number", what, p);
+            return al_errf(err, AL_EFORMAT,
+                           "%s: 'stream': fragment %d: lr_at, step_at (>= 0) and fsq must be "
+                           "numbers",
+                           what, p);
     }
     if (!apply) return 0;
     for (int p = 0; p < F; p++) {

@@ -768,6 +768,38 @@ expect_err "overlap_interval: expected .*pending.*trained" -- \
 ovck r5ovtr trained
 expect_err "interval_start.bin" -- "$bin" agent -c r5/b.ini --resume r5ovtr --set outer.overlap=delayed
 
+# [outer] overlap = streaming's schedule (agent.json "stream"): refused by a
+# configuration without it, required by one with it, and checked
+stck() { # stck DIR JSON -- r5/run-b's newest checkpoint into DIR, "stream" set to JSON (null: none)
+    mkdir -p "$1"
+    cp -r "$(ls -d r5/run-b/step-* | sort | tail -n 1)" "$1/"
+    /usr/bin/python3 - "$1"/step-* "$2" <<'EOF2'
+import hashlib, json, sys
+d = sys.argv[1]
+a = json.load(open(f"{d}/agent.json"))
+a.pop("stream", None)
+a.pop("overlap_interval", None)
+if json.loads(sys.argv[2]) is not None:
+    a["stream"] = json.loads(sys.argv[2])
+open(f"{d}/agent.json", "w").write(json.dumps(a))
+m = json.load(open(f"{d}/manifest.json"))
+m["files"]["agent.json"] = hashlib.sha256(open(f"{d}/agent.json", "rb").read()).hexdigest()
+open(f"{d}/manifest.json", "w").write(json.dumps(m))
+EOF2
+}
+good='{"fragments": 2, "sr_step": 0, "lr_cum": 0.0, "lr_at": [0.0, 0.0], "step_at": [0, 0], "fsq": [0.0, 0.0], "comm_prev": 0.0, "comm_cur": 0.0, "sum": [0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0.0], "pend": [-1, 0, 0]}'
+stck r5st "$good"
+expect_err "saved with \[outer\] overlap = streaming; this configuration has overlap = none" -- \
+    "$bin" agent -c r5/b.ini --resume r5st --set outer.overlap=none
+expect_err "saved with 2 fragments, \[outer\] fragments is 16" -- \
+    "$bin" agent -c r5/b.ini --resume r5st --set outer.overlap=streaming --set outer.fragments=16
+stck r5stnone null
+expect_err "'stream': missing or malformed \(overlap = streaming\)" -- \
+    "$bin" agent -c r5/b.ini --resume r5stnone --set outer.overlap=streaming --set outer.fragments=2
+stck r5stbad "${good/0], \"fsq/-5], \"fsq}"
+expect_err "'stream': fragment 1: lr_at, step_at \(>= 0\) and fsq must be numbers" -- \
+    "$bin" agent -c r5/b.ini --resume r5stbad --set outer.overlap=streaming --set outer.fragments=2
+
 # a 2-worker site refuses a checkpoint without the workers' state (one written
 # before it was saved: its data position is not theirs), naming the manifest
 mkdir -p r5wold

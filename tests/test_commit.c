@@ -334,6 +334,83 @@ static void test_overlap_merge(void **state) {
     assert_non_null(strstr(err.msg, "'eventually'"));
 }
 
+/* Streaming's merge rule, by hand (docs/outer.md, "Streaming"): θ_global =
+ * (1, 1, 1, 1) in F = 2 fragments, [0, 2) and [2, 4); outer step lr 0.5, no
+ * momentum, no correction: OuterStep_p(θ; Δ) = θ_p − Δ_p/2 on fragment p only.
+ * At the end of span 0 site a stands at (0.8, 0.9, 0.7, 1.2), site b at
+ * (1.0, 1.1, 0.9, 0.8). Fragment 0 synchronises:
+ *   Δ^a_0 = θ_global_0 − θ^a_0 = (0.2, 0.1),   Δ^b_0 = (0.0, −0.1),   Δ̄_0 = (0.1, 0.0)
+ *   θ_global = (0.95, 1.0, 1, 1)                        (fragment 1 untouched)
+ *   a's eager guess g^a_0 = (1, 1) − Δ^a_0/2 = (0.9, 0.95); b's (1.0, 1.05)
+ * a trains τ steps from its guess to (0.85, 1.0) on fragment 0; the merge:
+ *   θ^a_0 = θ_global_0 + (θ^a_0 − g^a_0) = (0.95 − 0.05, 1.0 + 0.05) = (0.9, 1.05)
+ * so its next Δ^a_0 = θ_global_0 − θ^a_0 = (0.05, −0.05): the τ steps' progress. */
+static void test_overlap_streaming_merge(void **state) {
+    (void)state;
+    const float g0[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    float a[4] = {0.8f, 0.9f, 0.7f, 1.2f}, b[4] = {1.0f, 1.1f, 0.9f, 0.8f};
+    float da[2], db[2], dbar[2];
+    double sqa, sqb;
+    al_err err = {0};
+    assert_int_equal(al_pseudo_grad(da, g0, a, 2, &sqa, &err), 0); /* fragment 0: [0, 2) */
+    assert_int_equal(al_pseudo_grad(db, g0, b, 2, &sqb, &err), 0);
+    assert_float_equal(da[0], 0.2f, 1e-6);
+    assert_float_equal(da[1], 0.1f, 1e-6);
+    assert_float_equal(db[0], 0.0f, 1e-6);
+    assert_float_equal(db[1], -0.1f, 1e-6);
+    assert_double_near(sqa, 0.05, 1e-6);
+    al_commit_codec c;
+    al_codec_cfg cfg = {.kind = AL_CODEC_FP32, .block = 128};
+    assert_int_equal(al_commit_codec_init(&c, &cfg, &err), 0);
+    const float *d[2] = {da, db};
+    int sites[2] = {0, 1};
+    assert_int_equal(al_commit_exchange(&c, d, sites, NULL, NULL, 2, 2, dbar, NULL, NULL, &err), 0);
+    assert_float_equal(dbar[0], 0.1f, 1e-6);
+    assert_float_equal(dbar[1], 0.0f, 1e-6);
+    al_outer_cfg oc;
+    al_outer_cfg_default(&oc);
+    oc.lr = 0.5;
+    oc.momentum = 0.0;
+    oc.correction = AL_CORRECTION_NONE;
+    al_outer o, ea, eb;
+    assert_int_equal(al_outer_init(&o, &oc, g0, 4, &err), 0);
+    assert_int_equal(al_outer_init(&ea, &oc, g0, 4, &err), 0);
+    assert_int_equal(al_outer_init(&eb, &oc, g0, 4, &err), 0);
+    /* the eager guesses, each site's own Δ for the mean, on copies */
+    assert_int_equal(al_outer_step_part(&ea, da, 0, 2, 1.0, &err), 0);
+    assert_int_equal(al_outer_step_part(&eb, db, 0, 2, 1.0, &err), 0);
+    const float want_ga[2] = {0.9f, 0.95f}, want_gb[2] = {1.0f, 1.05f};
+    /* the committed step */
+    assert_int_equal(al_outer_step_part(&o, dbar, 0, 2, 1.0, &err), 0);
+    const float want_g[4] = {0.95f, 1.0f, 1.0f, 1.0f};
+    for (int i = 0; i < 4; i++) assert_float_equal(o.theta[i], want_g[i], 1e-6);
+    for (int i = 0; i < 2; i++) {
+        assert_float_equal(ea.theta[i], want_ga[i], 1e-6);
+        assert_float_equal(eb.theta[i], want_gb[i], 1e-6);
+    }
+    assert_int_equal(o.steps, 0); /* a fragment's step is not a whole round's */
+    /* a trains τ steps from its guess, then merges fragment 0 */
+    memcpy(a, ea.theta, 2 * sizeof(float));
+    a[0] = 0.85f;
+    a[1] = 1.0f;
+    float prog[2];
+    double sq;
+    assert_int_equal(al_commit_merge(a, ea.theta, o.theta, 2, prog, &sq, &err), 0);
+    assert_float_equal(a[0], 0.9f, 1e-6);
+    assert_float_equal(a[1], 1.05f, 1e-6);
+    assert_float_equal(a[2], 0.7f, 1e-6); /* fragment 1: not touched by fragment 0's merge */
+    assert_float_equal(prog[0], 0.05f, 1e-6);
+    assert_float_equal(prog[1], -0.05f, 1e-6);
+    float next[2];
+    assert_int_equal(al_pseudo_grad(next, o.theta, a, 2, &sq, &err), 0);
+    assert_float_equal(next[0], 0.05f, 1e-6);
+    assert_float_equal(next[1], -0.05f, 1e-6);
+    al_outer_free(&o);
+    al_outer_free(&ea);
+    al_outer_free(&eb);
+    al_commit_codec_free(&c);
+}
+
 /* The eager start after the merge above (site a of overlap_merge): θ_1 =
  * (1, 1) committed, a's interval started at s = (0.9, 1.1) and its Δ^a is
  * (0.2, 0.1); plain outer step (lr 1, no momentum): OuterStep(θ; Δ̂) = θ − Δ̂.
@@ -376,10 +453,15 @@ static void test_overlap_eager(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_shard_range),        cmocka_unit_test(test_fp32_is_the_mean),
-        cmocka_unit_test(test_int8_within_bounds), cmocka_unit_test(test_outliers),
-        cmocka_unit_test(test_decide_and_step),    cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_overlap_merge),      cmocka_unit_test(test_overlap_eager),
+        cmocka_unit_test(test_shard_range),
+        cmocka_unit_test(test_fp32_is_the_mean),
+        cmocka_unit_test(test_int8_within_bounds),
+        cmocka_unit_test(test_outliers),
+        cmocka_unit_test(test_decide_and_step),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_overlap_merge),
+        cmocka_unit_test(test_overlap_eager),
+        cmocka_unit_test(test_overlap_streaming_merge),
         cmocka_unit_test(test_claim_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
