@@ -67,13 +67,14 @@ static void usage(FILE *f) {
                "options:\n"
                "  --sites N      2 or 3 (default 2)\n"
                "  --preset P     model preset (default demo)\n"
-               "  --steps S      inner steps per site (default 4800: 24 rounds)\n"
-               "  --h H          fixed sync interval (default 200)\n"
-               "  --batch B      microbatch rows (default 4)\n"
+               "  --steps S      inner steps per site (default 9984: 24 rounds)\n"
+               "  --h H          fixed sync interval (default 416: streaming's tau = H/32 = 13)\n"
+               "  --batch B      microbatch rows (default 8)\n"
                "  --seq T        microbatch row length (default 64)\n"
                "  --codec C      pseudo-gradient codec (default int8)\n"
-               "  --mbit R       link rate per direction, Mbit/s (default 3)\n"
-               "  --delay-ms D   one-way delay (default 10)\n"
+               "  --mbit R       link rate per direction, Mbit/s (default 0.88: the blocking\n"
+               "                 exchange about 31%% of the wall time on a 2-core machine)\n"
+               "  --delay-ms D   one-way delay (default 2)\n"
                "  --runs N       repetitions (default 3)\n"
                "  --overlap O    the overlapped job's mode: delayed|delayed-mid|streaming\n"
                "                 (default streaming)\n"
@@ -229,13 +230,14 @@ static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
             break;
         case 'o': {
             al_overlap ov;
-            rc = al_overlap_parse(optarg, &ov, err);
-            if (rc == 0 && (ov == AL_OVERLAP_NONE || ov == AL_OVERLAP_DELAYED_MEAN))
+            if ((rc = al_overlap_parse(optarg, &ov, err))) {
+                al_err_prefix(err, "--overlap");
+            } else if (ov == AL_OVERLAP_NONE || ov == AL_OVERLAP_DELAYED_MEAN) {
                 rc = al_errf(err, AL_EINVAL,
                              "--overlap: %s is not an overlapped mode the agents run "
                              "(delayed, delayed-mid, streaming)",
                              optarg);
-            if (rc) al_err_prefix(err, "--overlap");
+            }
             o->mode = optarg;
             break;
         }
@@ -263,12 +265,12 @@ static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
 int al_bench_overlap(int argc, char **argv, al_err *err) {
     ov_opts o = {.sites = 2,
                  .runs = 3,
-                 .batch = 4,
+                 .batch = 8,
                  .seq = 64,
-                 .steps = 4800,
-                 .h = 200,
-                 .mbit = 3,
-                 .delay_ms = 10,
+                 .steps = 9984,
+                 .h = 416,
+                 .mbit = 0.88,
+                 .delay_ms = 2,
                  .preset = "demo",
                  .codec = "int8",
                  .mode = "streaming",
@@ -305,7 +307,7 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         if ((rc = al_wanem_start(&wc, &w[s], err)) == 0) proxy[s] = al_wanem_port(w[s]);
     }
     printf("bench overlap: %d sites, preset %s, %ld steps, H %ld, microbatch %dx%d, codec %s, "
-           "links %.1f Mbit/s + %.0f ms, overlap %s",
+           "links %.3g Mbit/s + %.3g ms, overlap %s",
            o.sites, o.preset, o.steps, o.h, o.batch, o.seq, o.codec, o.mbit, o.delay_ms, o.mode);
     if (!strcmp(o.mode, "streaming")) printf(" (%ld fragments)", o.fragments);
     printf("; folder %s\n", o.dir);
