@@ -382,7 +382,9 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     long h_run = a->iv_h;
     int M = a->cand_M;
     const int *members = a->cand_mem;
-    if (a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h_run;
+    /* (streaming: one H per outer round, recorded at its last fragment) */
+    int outer_end = !a->sm.F || a->round % a->sm.F == a->sm.F - 1;
+    if (outer_end && a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h_run;
     /* membership events, from the change against the last round: a peer in
      * this round that was out of the last one has (re)joined, one that was in
      * it and is not now was dropped (unreachable, silent, or its statistics
@@ -412,7 +414,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     al_metrics_set(&a->met, AL_M_BYTES_RAW, a->bytes_raw);
     al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
     al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync_bytes(a, M));
-    al_metrics_add(&a->met, AL_M_SYNCS, 1);
+    al_metrics_add(&a->met, AL_M_SYNCS, a->sm.F ? 1.0 / a->sm.F : 1.0); /* a fragment: 1/F */
     al_metrics_add(&a->met, AL_M_SYNCS_DILOCO, (double)a->iv.steps / a->h_base);
     al_metrics_set(&a->met, AL_M_INNER_STEPS, (double)a->step);
     al_metrics_add(&a->met, AL_M_TOKENS, (double)a->iv.tokens);
