@@ -55,6 +55,18 @@ typedef struct ag_interval {
     long tokens;
 } ag_interval;
 
+/* s += x: a span's statistics into a longer stretch's (lr_last: the latest span's). */
+static inline void ag_interval_add(ag_interval *s, const ag_interval *x) {
+    s->steps += x->steps;
+    s->loss_sum += x->loss_sum;
+    s->gnorm_sum += x->gnorm_sum;
+    s->lr_sum += x->lr_sum;
+    s->lr_sq_sum += x->lr_sq_sum;
+    if (x->steps) s->lr_last = x->lr_last;
+    s->tokens += x->tokens;
+    s->compute_s += x->compute_s;
+}
+
 /* [outer] overlap = streaming (agent_stream.c; docs/outer.md, "Streaming"):
  * θ in F fragments, protocol round k exchanging fragment k mod F after a span
  * of H/F inner steps; outer round r = k / F. Everything here but the span's
@@ -418,8 +430,9 @@ int ag_stream_propose(agent *a, al_outer *cand, const al_site_stats *in_mean, in
 /* Round a->round committed (before a->round advances): the schedule moves on, and
  * the thread may merge. h_next: the H decided (applies from the next outer round). */
 void ag_stream_commit(agent *a, double comm_s);
-/* The run is over: the budget is spent and every fragment's progress is in θ_global. */
-int ag_stream_done(const agent *a);
+/* Does round k's commit end the run (the budget spent and every fragment's
+ * progress in θ_global)? Asked before it commits. */
+int ag_stream_ends(const agent *a, long k);
 /* The committed schedule as JSON (checkpoints, snapshots), and back (apply 0:
  * only check it; nothing is written before all of it is checked). */
 json_t *ag_stream_json(const agent *a);

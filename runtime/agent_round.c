@@ -84,7 +84,10 @@ static void check_finished(agent *a) {
      * same commit (the first after the signal) wherever their next interval
      * stands: not started (pending), or training (ag_bg_settle: it runs to its
      * end and is saved); a resumed site goes on from either */
-    if ((a->sm.F ? ag_stream_done(a) : a->step >= a->cfg->inner_steps) || *a->stop) {
+    /* (streaming: asked after round a->round − 1 committed) */
+    int done =
+        a->sm.F ? a->round > 0 && ag_stream_ends(a, a->round - 1) : a->step >= a->cfg->inner_steps;
+    if (done || *a->stop) {
         a->finished = 1;
         a->linger_until = al_now() + a->cfg->round_deadline_s;
     }
@@ -105,11 +108,7 @@ static int ckpt_due(const agent *a, long next_round) {
  * spent. */
 static int next_interval(agent *a, al_err *err) {
     if (a->sm.F) { /* streaming: the eager guess is in θ_local (ag_stream_delta) */
-        /* none after the run's last exchange (the round after is the end) */
-        const ag_stream *sm = &a->sm;
-        long budget = a->cfg->inner_steps;
-        long sr_next = a->round % sm->F == sm->F - 1 ? a->step : sm->sr_step;
-        if (a->step >= budget && sr_next >= budget && (a->round + 1) % sm->F == sm->F - 1) return 0;
+        if (ag_stream_ends(a, a->round)) return 0; /* none after the run's last exchange */
         ag_stream_next(a);
     } else {
         if (a->step >= a->cfg->inner_steps) return 0;
@@ -157,9 +156,8 @@ static int do_train(agent *a, al_err *err) {
         if ((a->bg_pending || a->bg_trained) && a->bg_round == a->round) h = a->bg_h;
         /* trained before a stop (the checkpoint's start, end and statistics):
          * the run below adds no step */
-        if (a->overlap && !(a->bg_trained && a->bg_round == a->round))
-            memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
         int trained = a->bg_trained && a->bg_round == a->round;
+        if (a->overlap && !trained) memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
         a->bg_pending = a->bg_trained = 0;
         a->iv_h = h;
         if (!a->sm.F)
@@ -429,9 +427,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     double ev = NAN; /* this round's evaluation, if it has one */
     long every = a->cfg->inner_eval_every;
     int last = a->step >= a->cfg->inner_steps;
-    if (a->sm.F) /* streaming: the last of the final exchanges */
-        last = last && (a->round + 1) % a->sm.F == a->sm.F - 1 &&
-               (a->sm.sr_step >= a->cfg->inner_steps || a->round % a->sm.F == a->sm.F - 1);
+    if (a->sm.F) last = ag_stream_ends(a, a->round); /* the last of the final exchanges */
     int rc;
     if (a->val.tok && (last || (every > 0 && a->step / every != (a->step - trained) / every))) {
         if ((rc = eval_global(a, &ev, err))) return rc;

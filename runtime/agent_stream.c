@@ -137,21 +137,22 @@ int ag_stream_delta(agent *a, al_site_stats *mine, al_err *err) {
         return al_err_prefix(err, "round %ld: the eager guess of fragment %d", a->round, p);
     memcpy(th + lo, a->eager.theta + lo, n * sizeof(float));
     /* the statistics: the outer round so far, this span included */
-    const ag_interval *s = &sm->sum;
-    long steps = s->steps + iv->steps, d = AL_MAX(steps, 1);
+    ag_interval t = sm->sum;
+    ag_interval_add(&t, iv);
+    long d = AL_MAX(t.steps, 1);
     double dsq = sm->dsq;
     for (int q = 0; q < sm->F; q++)
         if (q != p) dsq += sm->fsq[q];
     *mine = (al_site_stats){.site = a->self,
-                            .steps = steps,
-                            .loss = (s->loss_sum + iv->loss_sum) / (double)d,
-                            .grad_norm = (s->gnorm_sum + iv->gnorm_sum) / (double)d,
+                            .steps = t.steps,
+                            .loss = t.loss_sum / (double)d,
+                            .grad_norm = t.gnorm_sum / (double)d,
                             .delta_sq = dsq,
-                            .lr_sum = s->lr_sum + iv->lr_sum,
-                            .lr_sq_sum = s->lr_sq_sum + iv->lr_sq_sum,
-                            .lr_last = iv->steps ? iv->lr_last : s->lr_last,
-                            .tokens = s->tokens + iv->tokens,
-                            .compute_s = s->compute_s + iv->compute_s,
+                            .lr_sum = t.lr_sum,
+                            .lr_sq_sum = t.lr_sq_sum,
+                            .lr_last = t.lr_last,
+                            .tokens = t.tokens,
+                            .compute_s = t.compute_s,
                             .comm_s = sm->comm_prev};
     return 0;
 }
@@ -186,16 +187,8 @@ void ag_stream_commit(agent *a, double comm_s) {
     ag_stream *sm = &a->sm;
     int p = (int)(a->round % sm->F);
     ag_interval *s = &sm->sum;
-    const ag_interval *iv = &a->iv;
-    s->steps += iv->steps;
-    s->loss_sum += iv->loss_sum;
-    s->gnorm_sum += iv->gnorm_sum;
-    s->lr_sum += iv->lr_sum;
-    s->lr_sq_sum += iv->lr_sq_sum;
-    if (iv->steps) s->lr_last = iv->lr_last;
-    s->tokens += iv->tokens;
-    s->compute_s += iv->compute_s;
-    sm->lr_cum += iv->lr_sum;
+    ag_interval_add(s, &a->iv);
+    sm->lr_cum += a->iv.lr_sum;
     sm->lr_at[p] = sm->lr_cum;
     sm->step_at[p] = a->step;
     sm->fsq[p] = sm->dsq;
@@ -213,10 +206,12 @@ void ag_stream_commit(agent *a, double comm_s) {
     pthread_mutex_unlock(&a->mu);
 }
 
-int ag_stream_done(const agent *a) {
+int ag_stream_ends(const agent *a, long k) {
     const ag_stream *sm = &a->sm;
-    return a->step >= a->cfg->inner_steps && sm->sr_step >= a->cfg->inner_steps &&
-           a->round % sm->F == sm->F - 1;
+    long budget = a->cfg->inner_steps;
+    /* the outer round after k's commit starts where k's span ended if k is its last */
+    long sr = k % sm->F == sm->F - 1 ? a->step : sm->sr_step;
+    return a->step >= budget && sr >= budget && (k + 1) % sm->F == sm->F - 1;
 }
 
 /* ---- the schedule in checkpoints and snapshots ----------------------------------------- */
