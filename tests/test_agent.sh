@@ -531,9 +531,12 @@ stop2 r5 0 0 || no "SIGTERM did not end the agents with status 0"
 at=$(sed -n 's/.*saved checkpoint .* (round \([0-9]*\), step.*/\1/p' r5/a.log r5/b.log | sort -u)
 run2 r5 resume || no "resumed run failed: $(tail -n 2 r5/*.log)"
 got=$(hash_of r5/run-a/summary.json)
-if [[ $at =~ ^[0-9]+$ ]] && ((at < 3)) && [[ -n $ref && $ref == "$got" && $(hash_of r5/run-b/summary.json) == "$ref" ]] &&
+# (streaming: F protocol rounds to an outer round; the signal may land a few in)
+Fs=1
+[[ ${AL_TEST_OVERLAP:-} == streaming ]] && Fs=${AL_TEST_FRAGMENTS:-16}
+if [[ $at =~ ^[0-9]+$ ]] && ((at < 3 * Fs)) && [[ -n $ref && $ref == "$got" && $(hash_of r5/run-b/summary.json) == "$ref" ]] &&
     grep -q "resumed from" r5/a.log; then
-    ok "SIGTERM after $at of 3 rounds + --resume: bit-identical to the uninterrupted run ($ref)"
+    ok "SIGTERM after $at of $((3 * Fs)) rounds + --resume: bit-identical to the uninterrupted run ($ref)"
 else
     no "resume not exact: stopped at round(s) '$at', uninterrupted $ref, resumed $got"
 fi
