@@ -16,6 +16,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "al_codec.h"
@@ -261,6 +262,49 @@ static void test_pacing(void **state) {
     close(c), close(sfd), close(lfd);
 }
 
+/* An idle link banks nothing: 16 KiB sent after a pause still take
+ * 16 KiB / rate to cross (a token bucket with a 16 KiB burst passed them at
+ * once, so an exchange of small pieces ran at twice the link's rate), and a
+ * small message takes its own bytes' time, not a whole write quantum's. */
+static void test_pacing_after_idle(void **state) {
+    (void)state;
+    int lfd, c, sfd;
+    al_wanem *w = proxied(1, &lfd, &c, &sfd);
+    static char buf[16 << 10];
+    memset(buf, 'i', sizeof buf);
+    struct timespec pause = {0, 300 * 1000000};
+    nanosleep(&pause, NULL);
+    double t0 = al_now();
+    assert_int_equal(write(c, buf, 200), 200);
+    size_t got = 0;
+    while (got < 200) {
+        assert_true(ready(sfd, 5000));
+        ssize_t n = read(sfd, buf, sizeof buf);
+        assert_true(n > 0);
+        got += (size_t)n;
+    }
+    double small = al_now() - t0;
+    nanosleep(&pause, NULL);
+    t0 = al_now();
+    assert_int_equal(write(c, buf, sizeof buf), (ssize_t)sizeof buf);
+    got = 0;
+    while (got < sizeof buf) {
+        assert_true(ready(sfd, 5000));
+        ssize_t n = read(sfd, buf, sizeof buf);
+        assert_true(n > 0);
+        got += (size_t)n;
+    }
+    double dt = al_now() - t0, need = sizeof buf * 8 / 1e6;
+    print_message("    after 0.3 s idle at 1 Mbit/s: 200 B in %.4f s, 16 KiB in %.3f s (%.3f s of "
+                  "link time)\n",
+                  small, dt, need);
+    assert_true(dt >= 0.95 * need);
+    assert_true(dt < need + 0.5);
+    assert_true(small < 0.030); /* 1.6 ms of link time, not a 4 KiB quantum (33 ms) */
+    al_wanem_stop(w);
+    close(c), close(sfd), close(lfd);
+}
+
 static void test_bad_config(void **state) {
     (void)state;
     al_wanem *w;
@@ -285,6 +329,7 @@ int main(void) {
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_hold),
         cmocka_unit_test(test_pacing),
+        cmocka_unit_test(test_pacing_after_idle),
         cmocka_unit_test(test_latency_and_jitter),
         cmocka_unit_test(test_cut_and_resume_256mib),
     };

@@ -38,10 +38,19 @@ typedef struct conn {
     dir_q q[2]; /* q[0]: client -> server */
 } conn;
 
-typedef struct bucket {
-    double tokens, rate, burst, last;
+/* One direction of the emulated link, shared by every connection: a byte
+ * crosses it in 1/rate seconds, one after another. `t_free` is when the link
+ * has finished the bytes written so far; a chunk due at `release` (read time
+ * + delay) starts at max(release, t_free) and is written when its last byte
+ * would have crossed. An idle link banks nothing: the time before a chunk
+ * was due is not spent on it (a token bucket with a burst did bank it, and
+ * sent the first 16 KiB after every pause at once, twice the rate for short
+ * exchanges). */
+typedef struct wan_link {
+    double rate;    /* bytes/s; 0: no limit */
     double quantum; /* the bytes one write waits for (less when less is queued) */
-} bucket;
+    double t_free;
+} wan_link;
 
 struct al_wanem {
     al_wanem_cfg cfg;
@@ -53,7 +62,7 @@ struct al_wanem {
     atomic_int hold;    /* al_wanem_hold: refuse every new connection */
     double cut_req_refuse;
     conn conns[MAX_CONNS];
-    bucket bk[2];
+    wan_link bk[2];
     al_rng rng;
     double t0, refuse_until;
     int cut_bytes_done, cut_time_done;
@@ -152,15 +161,15 @@ static void accept_one(al_wanem *w) {
     pthread_mutex_unlock(&w->mu);
 }
 
-/* The tokens a write of the piece waits for: a quantum, or the piece's rest. */
-static double bucket_need(const bucket *b, const piece *p) {
-    return AL_MIN((double)(p->len - p->off), b->quantum);
+/* The bytes of the piece's next write: a quantum, or the piece's rest. */
+static size_t link_chunk(const wan_link *l, const piece *p) {
+    return (size_t)AL_MIN((double)(p->len - p->off), l->quantum);
 }
 
-static void bucket_fill(bucket *b, double now) {
-    if (b->rate <= 0) return;
-    b->tokens = AL_MIN(b->burst, b->tokens + (now - b->last) * b->rate);
-    b->last = now;
+/* When that write is due: its last byte has crossed the link. */
+static double link_due(const wan_link *l, const piece *p) {
+    if (l->rate <= 0) return p->release;
+    return AL_MAX(p->release, l->t_free) + (double)link_chunk(l, p) / l->rate;
 }
 
 /* Read from side k into queue k (towards side 1-k). */
@@ -192,18 +201,14 @@ static int pump_in(al_wanem *w, conn *c, int k, double now) {
 /* Write what is due from queue k to side 1-k; returns -1 on a broken side. */
 static int pump_out(al_wanem *w, conn *c, int k, double now) {
     dir_q *q = &c->q[k];
-    bucket *b = &w->bk[k];
-    while (q->head && q->head->release <= now) {
+    wan_link *l = &w->bk[k];
+    while (q->head && link_due(l, q->head) <= now) {
         piece *p = q->head;
-        size_t want = p->len - p->off;
-        if (b->rate > 0) {
-            bucket_fill(b, now);
-            if (b->tokens < bucket_need(b, p)) return 0;
-            want = AL_MIN(want, (size_t)b->tokens);
-        }
+        size_t want = l->rate > 0 ? link_chunk(l, p) : p->len - p->off;
+        double start = AL_MAX(p->release, l->t_free);
         ssize_t n = write(c->fd[1 - k], p->data + p->off, want);
         if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
-        if (b->rate > 0) b->tokens -= (double)n;
+        if (l->rate > 0) l->t_free = start + (double)n / l->rate;
         p->off += (size_t)n;
         q->bytes -= (size_t)n;
         pthread_mutex_lock(&w->mu);
@@ -256,14 +261,7 @@ static void *loop(void *arg) {
                 short ev = 0;
                 if (!c->q[k].eof && c->q[k].bytes < QUEUE_BYTES) ev |= POLLIN;
                 if (c->q[1 - k].head) {
-                    const piece *h = c->q[1 - k].head;
-                    double wait = h->release - now;
-                    bucket *b = &w->bk[1 - k];
-                    if (b->rate > 0) {
-                        double need = bucket_need(b, h);
-                        bucket_fill(b, now);
-                        if (b->tokens < need) wait = AL_MAX(wait, (need - b->tokens) / b->rate);
-                    }
+                    double wait = link_due(&w->bk[1 - k], c->q[1 - k].head) - now;
                     if (wait <= 0)
                         ev |= POLLOUT;
                     else
@@ -325,16 +323,15 @@ int al_wanem_start(const al_wanem_cfg *cfg, al_wanem **out, al_err *err) {
     w->t0 = al_now();
     for (int k = 0; k < 2; k++) {
         w->bk[k].rate = cfg->rate_mbit * 1e6 / 8.0;
-        /* 5 ms worth of bytes, at least one TCP segment: small bursts keep the rate honest */
-        w->bk[k].burst = AL_MAX(16384.0, w->bk[k].rate * 0.005);
         /* Writes wait for 2 ms worth of bytes, at least 4 KiB (~3 segments),
          * not for one byte: at 3 Mbit/s a byte-wise pace wrote ~375 bytes
          * every millisecond and woke the receiving site's TLS stack as often,
          * CPU a real link does not take from the sites (a NIC coalesces),
          * and lost rate to the timer's slack. The rate now holds; the bytes
-         * arrive in ~10 ms lumps. */
-        w->bk[k].quantum = AL_MIN(w->bk[k].burst, AL_MAX(4096.0, w->bk[k].rate * 0.002));
-        w->bk[k].last = w->t0;
+         * arrive in ~10 ms lumps (a smaller message at once when it has
+         * crossed). */
+        w->bk[k].quantum = AL_MAX(4096.0, w->bk[k].rate * 0.002);
+        w->bk[k].t_free = w->t0;
     }
     pthread_mutex_init(&w->mu, NULL);
     w->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
