@@ -194,6 +194,11 @@ void al_outer_hash(const al_outer *o, char hex[65]);
  * string with a SHA-256 trailer, for a joining site or a simple save. *buf is
  * malloc'd; free it. */
 int al_outer_serialize(const al_outer *o, uint8_t **buf, size_t *len, al_err *err);
+/* The same with the trailer left blank, for a copy that may never be read
+ * (an agent publishes one per round; a peer pulls it rarely): al_outer_seal
+ * writes the trailer (the SHA-256 of the rest) before its first reader. */
+int al_outer_serialize_unsealed(const al_outer *o, uint8_t **buf, size_t *len, al_err *err);
+void al_outer_seal(uint8_t *buf, size_t len);
 /* The serialized size of a state of n parameters (what a joiner expects). */
 size_t al_outer_state_bytes(size_t n);
 /* Replace o (initialised or zeroed) with a serialized state. When expect is not

@@ -241,6 +241,18 @@ size_t al_outer_state_bytes(size_t n) {
 }
 
 int al_outer_serialize(const al_outer *o, uint8_t **buf, size_t *len, al_err *err) {
+    int rc = al_outer_serialize_unsealed(o, buf, len, err);
+    if (rc == 0) al_outer_seal(*buf, *len);
+    return rc;
+}
+
+void al_outer_seal(uint8_t *buf, size_t len) {
+    char hex[65];
+    al_sha256_hex(buf, len - TRAILER, hex);
+    memcpy(buf + len - TRAILER, hex, TRAILER);
+}
+
+int al_outer_serialize_unsealed(const al_outer *o, uint8_t **buf, size_t *len, al_err *err) {
     if (!little_endian()) return al_errf(err, AL_EUNSUPPORTED, "outer: big-endian host");
     size_t vec = o->n * sizeof(float), total = HDR + 2 * vec + TRAILER;
     uint8_t *b = malloc(total), *p = b;
@@ -257,9 +269,7 @@ int al_outer_serialize(const al_outer *o, uint8_t **buf, size_t *len, al_err *er
     memcpy(p, &o->cfg.s_ref, 8), p += 8;
     memcpy(p, o->theta, vec), p += vec;
     memcpy(p, o->mom, vec), p += vec;
-    char hex[65];
-    al_sha256_hex(b, (size_t)(p - b), hex);
-    memcpy(p, hex, TRAILER);
+    memset(p, '0', TRAILER); /* al_outer_seal */
     *buf = b;
     *len = total;
     return 0;

@@ -137,7 +137,8 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
     if (fault && !strncmp(fault, "liar:", 5)) a->fault_liar = atof(fault + 5);
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
-    a->fault_freeze = a->fault_corrupt = -1;
+    a->fault_freeze = a->fault_corrupt = a->fault_nanmerge = -1;
+    if (fault && !strncmp(fault, "nanmerge:", 9)) a->fault_nanmerge = atol(fault + 9);
     if (fault && !strncmp(fault, "corrupt:", 8)) a->fault_corrupt = atol(fault + 8);
     if (fault && !strncmp(fault, "freeze:", 7)) a->fault_freeze = atol(fault + 7);
     pthread_mutex_init(&a->mu, NULL);
@@ -211,6 +212,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     a->progress_lr = !strcmp(c->outer_progress, "lr");
     oc.s_ref = a->progress_lr ? a->h_base * c->inner_lr : a->h_base;
     if ((rc = al_outer_init(&a->outer, &oc, ag_theta_local(a), a->P, err))) return rc;
+    a->outer_h_ok = 0;
     a->delta = malloc(a->P * sizeof(float));
     a->dbar = calloc(a->P, sizeof(float)); /* streaming: the fragments' latest Δ̄ */
     a->part = malloc(a->P * sizeof(float));

@@ -154,6 +154,7 @@ int ag_load(agent *a, const char *path, al_err *err) {
         al_err_prefix(err, "%s", dir);
     if (rc) return rc;
     snprintf(f, sizeof f, "%s/outer.bin", dir);
+    a->outer_h_ok = 0;
     if ((rc = al_outer_load(&a->outer, f, &a->outer.cfg, err))) return rc;
     snprintf(f, sizeof f, "%s/agent.json", dir);
     json_error_t je;

@@ -100,6 +100,7 @@ typedef struct ag_snapshot {
     char *meta; /* JSON: round, step, h, policy state */
     uint64_t meta_len;
     long round; /* the round in meta: the next one this site trains */
+    int sealed; /* outer's trailer written (ag_snapshot_seal, under mu) */
     int refs;   /* replies streaming it (under mu); freed at 0 once superseded */
 } ag_snapshot;
 
@@ -146,8 +147,8 @@ typedef struct agent {
     int have_cand;                    /* cand holds the candidate of (cand_round, cand_epoch) */
     al_commit_decision cand_d;        /* its decision */
     al_round_hash cand_h;             /* its θ's hash (computed once, in do_propose) */
-    char theta_hex[65];               /* θ_global's hash after a commit (cand_h), for the */
-    int theta_hex_ok;                 /* round record and the snapshot: not hashed again */
+    al_round_hash outer_h;            /* θ_global's hash (ag_outer_hash), valid while */
+    int outer_h_ok;                   /* outer_h_ok: cleared wherever θ_global changes */
     char pol_before[2048];            /* the policy's state before the candidate's decision */
     int cand_mem[AG_MAX_SITES];       /* its members (site ids, increasing) and statistics */
     al_site_stats cand_st[AG_MAX_SITES];
@@ -257,6 +258,8 @@ typedef struct agent {
     double fault_liar;           /* AL_FAULT=liar:V: the same, reporting its true |Δ| */
     long fault_corrupt;          /* AL_FAULT=corrupt:R: flip a bit of θ_global and of the
                                   * published copy halfway through round R's interval */
+    long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
+                                  * the merge of round R's fragment starts from */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
     /* robust aggregation: members of the committed round whose Δ was left out
      * of the mean ([outer] max_delta_ratio) */
@@ -354,6 +357,13 @@ void ag_event_line(agent *a, const char *line);
 /* agent_machine.c: the agent's side of the round state machine */
 /* θ_global's hash as the machine holds it, and as hex. */
 void ag_hash_of(const al_outer *o, al_round_hash *h);
+/* θ_global's hash: the one kept since θ_global last changed (a commit sets
+ * it to the candidate's), or hashed now (fresh: always, the interval's end
+ * checks θ_global against the committed base). Driver thread only. */
+void ag_outer_hash(agent *a, al_round_hash *h, int fresh);
+/* The published copy's SHA-256 trailer, written before its first reader
+ * (a peer's pull, do_reload, a test's fault); the caller holds a->mu. */
+void ag_snapshot_seal(ag_snapshot *sn);
 void ag_hash_hex(const al_round_hash *h, char hx[65]);
 /* The machine's status as the heartbeats carry it. */
 void ag_status_out(const al_round_status *st, al_peer_status *p);

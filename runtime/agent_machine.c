@@ -19,6 +19,14 @@ void ag_hash_of(const al_outer *o, al_round_hash *h) {
     ag_hex32(hx, h->b);
 }
 
+void ag_outer_hash(agent *a, al_round_hash *h, int fresh) {
+    if (fresh || !a->outer_h_ok) {
+        ag_hash_of(&a->outer, &a->outer_h);
+        a->outer_h_ok = 1;
+    }
+    *h = a->outer_h;
+}
+
 void ag_hash_hex(const al_round_hash *h, char hx[65]) {
     for (int k = 0; k < 32; k++) snprintf(hx + 2 * k, 3, "%02x", h->b[k]);
 }
@@ -148,7 +156,7 @@ int ag_machine_init(agent *a, al_err *err) {
     al_round_start st;
     memset(&st, 0, sizeof st);
     st.round = a->round;
-    ag_hash_of(&a->outer, &st.base);
+    ag_outer_hash(a, &st.base, 1);
     st.last.round = -1;
     st.held_round = -1; /* candidates are not persisted: a restarted voter pulls */
     if (a->resumed) vote_load(a, &st.last);

@@ -165,6 +165,11 @@ static void snapshot_free(ag_snapshot *sn) {
     free(sn);
 }
 
+void ag_snapshot_seal(ag_snapshot *sn) {
+    if (sn && !sn->sealed) al_outer_seal(sn->outer, sn->outer_len);
+    if (sn) sn->sealed = 1;
+}
+
 static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
                     void **ref, char *why, size_t n) {
     agent *a = u;
@@ -177,6 +182,7 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
         snprintf(why, n, "no committed state yet");
         st = AL_ST_UNAVAILABLE;
     } else if (part == AL_STATE_THETA) {
+        ag_snapshot_seal(sn);
         *data = sn->outer;
         *len = sn->outer_len;
         if (a->fault_badstate) *len /= 2; /* test hook: a peer serving a state that does not fit */
@@ -341,7 +347,7 @@ int ag_publish_state(agent *a, al_err *err) {
     al_server_set_hello(a->srv, &mine);
     uint8_t *ob;
     size_t ol;
-    int rc = al_outer_serialize(&a->outer, &ob, &ol, err);
+    int rc = al_outer_serialize_unsealed(&a->outer, &ob, &ol, err); /* sealed when read */
     if (rc) return rc;
     char pol[2048] = "";
     al_policy_save(a->pol, pol, sizeof pol);
@@ -349,11 +355,9 @@ int ag_publish_state(agent *a, al_err *err) {
     for (int i = 0; i < a->nsites; i++)
         if (a->live[i]) json_array_append_new(members, json_string(a->name[i]));
     char th[65];
-    if (a->theta_hex_ok) /* (a commit: the candidate's hash, computed when it was proposed) */
-        memcpy(th, a->theta_hex, sizeof th);
-    else
-        al_outer_hash(&a->outer, th);
-    a->theta_hex_ok = 0;
+    al_round_hash oh; /* (after a commit: the candidate's, hashed when it was proposed) */
+    ag_outer_hash(a, &oh, 0);
+    ag_hash_hex(&oh, th);
     json_t *m = json_pack("{s:I, s:I, s:I, s:s, s:o, s:s}", "round", (json_int_t)a->round, "step",
                           (json_int_t)a->step, "h", (json_int_t)a->h, "policy", pol, "members",
                           members, "theta", th);
@@ -389,9 +393,9 @@ void ag_hello(agent *a, al_hello *h) {
     snprintf(h->run_id, sizeof h->run_id, "%s", a->cfg->site_run_id);
     h->round = (uint64_t)a->round;
     ag_hex32(a->run_hash, h->config_hash);
-    char th[65];
-    al_outer_hash(&a->outer, th);
-    ag_hex32(th, h->theta_hash);
+    al_round_hash oh;
+    ag_outer_hash(a, &oh, 0);
+    memcpy(h->theta_hash, oh.b, 32);
     h->next_interval = (uint32_t)a->h;
     for (int i = 0; i < a->nsites && h->n_members < 16; i++)
         if (a->live[i])

@@ -24,7 +24,9 @@
 void ag_corrupt(agent *a) {
     a->fault_corrupt = -1;
     ((uint8_t *)a->outer.theta)[1] ^= 0x10;
+    a->outer_h_ok = 0;
     pthread_mutex_lock(&a->mu);
+    ag_snapshot_seal(a->snap); /* published (and sealed) before the fault */
     if (a->snap && a->snap->outer_len > 100) a->snap->outer[a->snap->outer_len / 2] ^= 0x10;
     pthread_mutex_unlock(&a->mu);
     al_logf(&a->log, AL_LOG_WARN, "site %s: AL_FAULT corrupt: flipped a bit of theta_global",

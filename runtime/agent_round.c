@@ -208,7 +208,7 @@ static int do_train(agent *a, al_err *err) {
     if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
     a->mine_round = a->round;
     al_round_event ev = {.type = AL_EV_INTERVAL_DONE, .peer = -1, .round = a->round};
-    ag_hash_of(&a->outer, &ev.hash);
+    ag_outer_hash(a, &ev.hash, 1); /* hashed again: a fault since the commit shows here */
     ag_feed(a, &ev);
     return 0;
 }
@@ -292,7 +292,7 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
         .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
     ag_hash_of(&a->cand, &ev.hash);
     a->cand_h = ev.hash;
-    ag_hash_of(&a->outer, &ev.theta);
+    ag_outer_hash(a, &ev.theta, 0);
     ag_feed(a, &ev);
     return 0;
 }
@@ -371,8 +371,8 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
                        a->round);
     outer_swap(&a->outer, &a->cand);
     a->have_cand = 0;
-    ag_hash_hex(&a->cand_h, a->theta_hex); /* θ_global's now; enter_round publishes it */
-    a->theta_hex_ok = 1;
+    a->outer_h = a->cand_h; /* θ_global's now; enter_round publishes it */
+    a->outer_h_ok = 1;
     long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
     /* overlap: θ_local is the next interval's, training or about to */
     if (!a->bg_running && !a->bg_pending) ag_local_from_global(a);
@@ -468,7 +468,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     rec.comm_floor = d->comm_floor;
     rec.outer_lr_scale = a->outer.last.scale;
     rec.outer_mu = a->outer.last.mu;
-    memcpy(rec.theta, a->theta_hex, sizeof rec.theta); /* per round: sites compare histories */
+    ag_hash_hex(&a->outer_h, rec.theta); /* per round: sites compare histories */
     rec.configured = a->nsites;
     rec.agree = agreeing(a, act);
     al_metrics_add_round(&a->met, &rec, NULL);
@@ -542,7 +542,7 @@ static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
     ag_bg_discard(a, 0); /* overlap: the interval beside the round is void too */
     outer_swap(&a->outer, &a->pulled);
     a->have_pulled = 0;
-    a->theta_hex_ok = 0;
+    a->outer_h_ok = 0;
     long before = a->round;
     a->round = a->pulled_round;
     a->step = a->pulled_step;
@@ -566,6 +566,7 @@ static void do_reload(agent *a) {
     uint8_t *copy = NULL;
     size_t n = 0;
     pthread_mutex_lock(&a->mu);
+    ag_snapshot_seal(a->snap);
     if (a->snap && (copy = malloc(a->snap->outer_len))) {
         n = a->snap->outer_len;
         memcpy(copy, a->snap->outer, n);
@@ -577,7 +578,7 @@ static void do_reload(agent *a) {
     if (rc == 0) {
         ag_bg_discard(a, 0);
         outer_swap(&a->outer, &a->pulled);
-        ag_hash_of(&a->outer, &ev.hash);
+        ag_outer_hash(a, &ev.hash, 1);
         ag_local_from_global(a);
     } else {
         al_logf(&a->log, AL_LOG_WARN,

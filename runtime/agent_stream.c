@@ -98,6 +98,10 @@ int ag_span_run(agent *a, long round, ag_interval *iv, long *step, al_err *err) 
         float *th = ag_theta_local(a);
         double sq;
         al_err why = {0};
+        if (a->fault_nanmerge == sm->pend_round) { /* test hook, see agent_impl.h */
+            a->from[lo] = NAN;
+            a->fault_nanmerge = -1;
+        }
         /* (a->blend: scratch; a->delta belongs to the driver's next exchange) */
         if (al_commit_merge(th + lo, a->from + lo, a->outer.theta + lo, hi - lo, a->blend + lo, &sq,
                             &why)) {

@@ -632,6 +632,30 @@ if [[ ${AL_TEST_OVERLAP:-none} != none ]]; then
     fi
 fi
 
+# ---- 3d. streaming: a merge that meets a non-finite value ---------------------------
+# Streaming only. AL_FAULT=nanmerge:3 puts a NaN in the span start a merges
+# round 3's fragment against: the merge refuses it, a resets theta_local to
+# theta_global (the committed state, finite) with a warning and trains on;
+# theta_global never saw the NaN, so both sites end on one theta.
+if [[ ${AL_TEST_OVERLAP:-none} == streaming ]]; then
+    dir=r5d
+    PORTS=($(port) $(port))
+    for s in a b; do STEPS=60 H=10 conf $dir $s "a b"; done
+    AL_FAULT=nanmerge:3 start $dir a
+    start $dir b
+    rc=0
+    await "$PID_a" 300 || rc=1
+    await "$PID_b" 300 || rc=2
+    ha=$(hash_of $dir/run-a/summary.json)
+    if [[ $rc -eq 0 && -n $ha && $ha == "$(hash_of $dir/run-b/summary.json)" ]] &&
+        grep -q "round [0-9]*: merging fragment [0-9]*: merge: a non-finite value at index .*; theta_local reset to theta_global" $dir/a.log &&
+        ! grep -q "non-finite" $dir/b.log; then
+        ok "streaming: a non-finite merge resets theta_local to theta_global and the run goes on; both end on ${ha:0:12}"
+    else
+        no "streaming non-finite merge: rc $rc, hashes ${ha:0:8} $(hash_of $dir/run-b/summary.json | head -c 8): $(grep -h 'merging\|error' $dir/a.log | head -3)"
+    fi
+fi
+
 # ---- 4. bad input ------------------------------------------------------------------
 # expect_err STATUS PATTERN -- CMD...: one error line matching PATTERN
 expect_err() {

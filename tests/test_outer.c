@@ -585,6 +585,17 @@ static void test_save_load_hash(void **state) {
     al_outer_free(&small);
     assert_int_equal(p.steps, 4); /* untouched by the failures */
     assert_int_equal(al_outer_deserialize(&p, buf, len, NULL, &err), 0);
+    /* unsealed (an agent's per-round copy): refused until sealed, then the
+     * same bytes as the sealed form */
+    uint8_t *ubuf;
+    size_t ulen;
+    assert_int_equal(al_outer_serialize_unsealed(&o, &ubuf, &ulen, &err), 0);
+    assert_int_equal(ulen, len);
+    assert_int_equal(al_outer_deserialize(&p, ubuf, ulen, NULL, &err), AL_EINTEGRITY);
+    al_outer_seal(ubuf, ulen);
+    assert_memory_equal(ubuf, buf, len);
+    assert_int_equal(al_outer_deserialize(&p, ubuf, ulen, NULL, &err), 0);
+    free(ubuf);
     free(buf);
     unlink(path);
     al_outer_free(&o);

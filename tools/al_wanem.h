@@ -3,7 +3,9 @@
  * loopback. Bytes pass through untouched (TLS included); the proxy only
  * delays them, limits their rate, and cuts connections on schedule.
  *
- *   rate      a token bucket per direction, shared by all connections
+ *   rate      one link per direction, shared by all connections: bytes
+ *             cross it one after another at the rate, and an idle link
+ *             banks nothing (no burst after a pause)
  *   latency   each read is released delay +- jitter later (order is kept:
  *             TCP cannot reorder, so jitter only ever adds to the delay)
  *   faults    cut every connection (RST) at cut_at_s after start, or once
