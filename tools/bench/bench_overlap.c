@@ -72,7 +72,7 @@ static void usage(FILE *f) {
                "  --batch B      microbatch rows (default 8)\n"
                "  --seq T        microbatch row length (default 64)\n"
                "  --codec C      pseudo-gradient codec (default int8)\n"
-               "  --mbit R       link rate per direction, Mbit/s (default 0.97: the blocking\n"
+               "  --mbit R       link rate per direction, Mbit/s (default 0.92: the blocking\n"
                "                 exchange about 31%% of the wall time on a 2-core machine)\n"
                "  --delay-ms D   one-way delay (default 2)\n"
                "  --runs N       repetitions (default 3)\n"
@@ -269,7 +269,7 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
                  .seq = 64,
                  .steps = 9984,
                  .h = 416,
-                 .mbit = 0.97,
+                 .mbit = 0.92,
                  .delay_ms = 2,
                  .preset = "demo",
                  .codec = "int8",
