@@ -116,6 +116,9 @@ static void *hb_main(void *arg) {
             } else if (!a->down[i] && now - a->hb_seen[i] > timeout) {
                 a->down[i] = 1;
                 change = -1;
+                /* a call of the round to it (a push to a peer that froze
+                 * mid-exchange) ends now, not at its deadline */
+                al_client_cancel(a->cli[i]);
                 al_logf(&a->log, AL_LOG_WARN,
                         "site %s: no heartbeat answered by %s for %.1f s ([round] peer_timeout_s "
                         "= %g): it is down (%s)",

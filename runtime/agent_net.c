@@ -244,10 +244,17 @@ static int make_client(agent *a, int i, al_err *err) {
         al_client_bytes(a->cli[i], &tx, &rx);
         a->tx_retired += (double)tx - a->peer_tx[i]; /* bytes not yet counted in a round */
         a->peer_tx[i] = 0;
-        al_client_free(a->cli[i]);
+        pthread_mutex_lock(&a->mu); /* the heartbeat thread may cancel its call (under mu) */
+        al_client *old = a->cli[i];
         a->cli[i] = NULL;
+        pthread_mutex_unlock(&a->mu);
+        al_client_free(old);
     }
-    int rc = al_client_new(&cc, &a->cli[i], err);
+    al_client *nc = NULL;
+    int rc = al_client_new(&cc, &nc, err);
+    pthread_mutex_lock(&a->mu);
+    a->cli[i] = nc;
+    pthread_mutex_unlock(&a->mu);
     return rc ? al_err_prefix(err, "peer %s (%s)", a->name[i], a->addr[i]) : 0;
 }
 
@@ -494,6 +501,12 @@ static int push_shard(agent *a, int peer, uint32_t phase, int k, uint64_t tag, s
     m.codec = a->cc.cfg.kind;
     m.zstd = a->cc.cfg.zstd;
     m.shard_checksum = al_xxh64(a->cc.enc, len, 0);
+    pthread_mutex_lock(&a->mu); /* a peer already down: no push that waits out its deadline */
+    int down = ag_down(a, peer);
+    pthread_mutex_unlock(&a->mu);
+    if (down)
+        return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
+                       a->name[peer]);
     int rc = al_client_push_shard(a->cli[peer], &m, a->cc.enc, err);
     /* A retried push whose first try did arrive (its reply was lost or late):
      * the peer holds this very shard -- the same sender, round, attempt and

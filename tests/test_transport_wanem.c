@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -305,6 +306,65 @@ static void test_pacing_after_idle(void **state) {
     close(c), close(sfd), close(lfd);
 }
 
+/* al_client_cancel from another thread ends a push to a peer that accepted
+ * the connection and then froze (it never answers): the push returns at once
+ * with CANCELLED and makes no retry, not after its 20 s deadline and 3
+ * attempts; an operation begun after the cancel is not cancelled (it runs to
+ * its own, short, deadline). */
+static void *cancel_later(void *u) {
+    struct timespec d = {0, 300 * 1000000};
+    nanosleep(&d, NULL);
+    al_client_cancel(u);
+    return NULL;
+}
+
+static void test_client_cancel(void **state) {
+    (void)state;
+    int port, lfd = tcp_listen(&port);
+    char target[64];
+    snprintf(target, sizeof target, "127.0.0.1:%d", port);
+    al_client_cfg cc = {.target = target,
+                        .site = "b",
+                        .peer = "a",
+                        .tls = {P("ca.pem"), P("b.pem"), P("b.key")},
+                        .deadline_s = 20,
+                        .control_deadline_s = 0.5,
+                        .max_attempts = 3,
+                        .backoff_s = 0.05,
+                        .backoff_max_s = 0.1};
+    al_client *c;
+    al_err err = {0};
+    if (al_client_new(&cc, &c, &err)) fail_msg("%s", err.msg);
+    static uint8_t data[4096];
+    al_shard_meta m = {.phase = AL_PHASE_REDUCE,
+                       .num_shards = 1,
+                       .total_bytes = sizeof data,
+                       .codec = AL_CODEC_FP32,
+                       .shard_checksum = al_xxh64(data, sizeof data, 0)};
+    snprintf(m.site, sizeof m.site, "b");
+    pthread_t th;
+    double t0 = al_now();
+    assert_int_equal(pthread_create(&th, NULL, cancel_later, c), 0);
+    int rc = al_client_push_shard(c, &m, data, &err);
+    double dt = al_now() - t0;
+    pthread_join(th, NULL);
+    print_message("    push to a frozen peer, cancelled after 0.3 s: returned after %.2f s: %s\n",
+                  dt, err.msg);
+    assert_int_not_equal(rc, 0);
+    assert_int_equal(al_client_last_status(c), AL_ST_CANCELLED);
+    assert_true(dt < 3.0);
+    t0 = al_now();
+    uint64_t ms;
+    assert_int_not_equal(al_client_ping(c, 0, 0, &ms, &err), 0);
+    dt = al_now() - t0;
+    print_message("    a ping after it: %s after %.2f s\n",
+                  al_status_name(al_client_last_status(c)), dt);
+    assert_int_equal(al_client_last_status(c), AL_ST_DEADLINE_EXCEEDED);
+    assert_true(dt >= 0.4);
+    al_client_free(c);
+    close(lfd);
+}
+
 static void test_bad_config(void **state) {
     (void)state;
     al_wanem *w;
@@ -330,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_hold),
         cmocka_unit_test(test_pacing),
         cmocka_unit_test(test_pacing_after_idle),
+        cmocka_unit_test(test_client_cancel),
         cmocka_unit_test(test_latency_and_jitter),
         cmocka_unit_test(test_cut_and_resume_256mib),
     };

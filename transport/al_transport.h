@@ -245,6 +245,12 @@ int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_
 /* The same carrying our round status; *theirs receives the peer's (have_base
  * = 0 from a server without a status hook). Control traffic, uncounted. */
 int al_client_status(al_client *c, const al_peer_status *mine, al_peer_status *theirs, al_err *err);
+/* From any thread: end the operation in progress (its call in flight fails
+ * with CANCELLED at once, and it makes no retry). Operations begun later are
+ * not affected. The agent calls it when its heartbeats find a peer down, so
+ * that a push to a peer that froze mid-exchange does not wait out its
+ * deadline (and retries). */
+void al_client_cancel(al_client *c);
 /* The gRPC status of the last call and its details. */
 int al_client_last_status(const al_client *c);
 const char *al_client_last_details(const al_client *c);

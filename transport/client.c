@@ -17,6 +17,7 @@
 #include "grpc_util.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,7 +34,37 @@ struct al_client {
     char last_details[512];
     uint64_t tx, rx;
     al_rng rng;
+    /* al_client_cancel, from another thread: it bumps cancel_gen and cancels
+     * `call`; an operation that began at op_gen (op_begin) makes no call and
+     * no retry once they differ. Under mu: call, cancel_gen. */
+    pthread_mutex_t mu;
+    grpc_call *call;
+    uint64_t cancel_gen, op_gen;
 };
+
+/* An operation (with its retries) begins: al_client_cancel calls after this
+ * one end it. */
+static void op_begin(al_client *c) {
+    pthread_mutex_lock(&c->mu);
+    c->op_gen = c->cancel_gen;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static int op_cancelled(al_client *c) {
+    pthread_mutex_lock(&c->mu);
+    int x = c->cancel_gen != c->op_gen;
+    pthread_mutex_unlock(&c->mu);
+    return x;
+}
+
+void al_client_cancel(al_client *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->cancel_gen++;
+    if (c->call)
+        grpc_call_cancel_with_status(c->call, GRPC_STATUS_CANCELLED, "cancelled here", NULL);
+    pthread_mutex_unlock(&c->mu);
+}
 
 enum { TAG_STATUS = 1, TAG_SEND, TAG_CLOSE, TAG_RECV };
 
@@ -56,6 +87,11 @@ static int call_run(al_client *c, const char *method, double deadline_s, call_io
     grpc_call *call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, m, NULL,
                                                tu_deadline(deadline_s), NULL);
     grpc_slice_unref(m);
+    pthread_mutex_lock(&c->mu); /* al_client_cancel reaches it from here on */
+    c->call = call;
+    if (c->cancel_gen != c->op_gen)
+        grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, "cancelled here", NULL);
+    pthread_mutex_unlock(&c->mu);
     grpc_metadata_array md_init, md_trail;
     grpc_metadata_array_init(&md_init);
     grpc_metadata_array_init(&md_trail);
@@ -134,6 +170,9 @@ static int call_run(al_client *c, const char *method, double deadline_s, call_io
     grpc_slice_unref(details);
     grpc_metadata_array_destroy(&md_init);
     grpc_metadata_array_destroy(&md_trail);
+    pthread_mutex_lock(&c->mu);
+    c->call = NULL;
+    pthread_mutex_unlock(&c->mu);
     grpc_call_unref(call);
     return result;
 }
@@ -164,6 +203,11 @@ static int unary_reply(void *u, const uint8_t *data, size_t len, char *why, size
 static int retryable(int st) {
     return st == AL_ST_UNAVAILABLE || st == AL_ST_DEADLINE_EXCEEDED || st == AL_ST_CANCELLED ||
            st == AL_ST_ABORTED || st == AL_ST_DATA_LOSS;
+}
+
+/* Retry after status st on this attempt? Not once the operation was cancelled. */
+static int may_retry(al_client *c, int st, int attempt) {
+    return retryable(st) && attempt + 1 < c->cfg.max_attempts && !op_cancelled(c);
 }
 
 static void backoff_sleep(al_client *c, int attempt, const char *method) {
@@ -200,8 +244,7 @@ static int unary(al_client *c, const char *method, const ProtobufCMessage *req,
             return 0;
         }
         if (x.rep) protobuf_c_message_free_unpacked(x.rep, NULL);
-        if (!retryable(st) || attempt + 1 >= c->cfg.max_attempts)
-            return fail_status(c, method, err);
+        if (!may_retry(c, st, attempt)) return fail_status(c, method, err);
         backoff_sleep(c, attempt, method);
     }
 }
@@ -213,6 +256,7 @@ int al_client_hello(al_client *c, const al_hello *mine, al_hello *theirs, al_err
     snprintf(me.site, sizeof me.site, "%s", c->site);
     wire_hello_to(&h, &me, members);
     Autoloco__V1__HandshakeReply *rep = NULL;
+    op_begin(c);
     int rc = unary(c, "Hello", &h.base, &autoloco__v1__handshake_reply__descriptor,
                    (ProtobufCMessage **)&rep, err);
     if (rc) return rc;
@@ -230,8 +274,9 @@ int al_client_hello(al_client *c, const al_hello *mine, al_hello *theirs, al_err
     return rc;
 }
 
-int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *received, int *complete,
-                          al_err *err) {
+/* (within an operation: a push's resume point) */
+static int query_shard(al_client *c, const al_shard_meta *m, uint64_t *received, int *complete,
+                       al_err *err) {
     Autoloco__V1__ShardQuery q = AUTOLOCO__V1__SHARD_QUERY__INIT;
     q.schema = AL_SCHEMA;
     q.site = c->site;
@@ -252,6 +297,12 @@ int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *receiv
     return 0;
 }
 
+int al_client_query_shard(al_client *c, const al_shard_meta *m, uint64_t *received, int *complete,
+                          al_err *err) {
+    op_begin(c);
+    return query_shard(c, m, received, complete, err);
+}
+
 int al_client_push_stats(al_client *c, const al_stats *s, al_err *err) {
     Autoloco__V1__Stats m = AUTOLOCO__V1__STATS__INIT;
     m.schema = AL_SCHEMA;
@@ -267,6 +318,7 @@ int al_client_push_stats(al_client *c, const al_stats *s, al_err *err) {
     m.comm_s = s->comm_s;
     m.steps = s->steps;
     Autoloco__V1__Ack *ack = NULL;
+    op_begin(c);
     int rc = unary(c, "PushStats", &m.base, &autoloco__v1__ack__descriptor,
                    (ProtobufCMessage **)&ack, err);
     if (!rc) protobuf_c_message_free_unpacked(&ack->base, NULL);
@@ -281,6 +333,7 @@ int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_
     m.epoch = epoch;
     Autoloco__V1__Heartbeat *rep = NULL;
     uint64_t tx = c->tx, rx = c->rx;
+    op_begin(c);
     int rc = unary(c, "Ping", &m.base, &autoloco__v1__heartbeat__descriptor,
                    (ProtobufCMessage **)&rep, err);
     c->tx = tx; /* heartbeats are control traffic: in neither side's byte counts */
@@ -303,6 +356,7 @@ int al_client_status(al_client *c, const al_peer_status *mine, al_peer_status *t
     wire_status_to(&m, mine);
     Autoloco__V1__Heartbeat *rep = NULL;
     uint64_t tx = c->tx, rx = c->rx;
+    op_begin(c);
     int rc = unary(c, "Ping", &m.base, &autoloco__v1__heartbeat__descriptor,
                    (ProtobufCMessage **)&rep, err);
     c->tx = tx; /* control traffic, as al_client_ping */
@@ -360,6 +414,7 @@ static int shard_reply(void *u, const uint8_t *data, size_t len, char *why, size
 
 int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *data, al_err *err) {
     uint64_t from = 0;
+    op_begin(c);
     for (int attempt = 0;; attempt++) {
         /* The first try starts at offset 0 without asking (a round trip less
          * per shard: on a WAN the exchange's cost is mostly round trips). A
@@ -372,8 +427,8 @@ int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *da
              * restarted); this also fences off any older stream of the shard */
             int complete = 0;
             al_err qerr = {0};
-            if (al_client_query_shard(c, m, &from, &complete, &qerr)) {
-                if (!retryable(c->last_status) || attempt + 1 >= c->cfg.max_attempts)
+            if (query_shard(c, m, &from, &complete, &qerr)) {
+                if (!may_retry(c, c->last_status, attempt))
                     return al_errf(err, qerr.code, "%s", qerr.msg);
                 backoff_sleep(c, attempt, "QueryShard");
                 continue;
@@ -396,8 +451,7 @@ int al_client_push_shard(al_client *c, const al_shard_meta *m, const uint8_t *da
             snprintf(c->last_details, sizeof c->last_details, "no complete acknowledgement");
         }
         if (attempt == 0 && c->last_status == AL_ST_OUT_OF_RANGE) continue; /* ask, above */
-        if (!retryable(c->last_status) || attempt + 1 >= c->cfg.max_attempts)
-            return fail_status(c, "PushShard", err);
+        if (!may_retry(c, c->last_status, attempt)) return fail_status(c, "PushShard", err);
         backoff_sleep(c, attempt, "PushShard");
     }
 }
@@ -460,6 +514,7 @@ int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_
     r.part = (Autoloco__V1__StatePart)part;
     *data = NULL;
     *len = 0;
+    op_begin(c);
     for (int attempt = 0;; attempt++) {
         state_io x = {.req = &r.base, .part = part, .max = max_bytes};
         call_io io = {state_next, state_reply, &x};
@@ -475,8 +530,7 @@ int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_
             snprintf(c->last_details, sizeof c->last_details, "state ended at %llu of %llu bytes",
                      (unsigned long long)x.got, (unsigned long long)x.total);
         }
-        if (!retryable(c->last_status) || attempt + 1 >= c->cfg.max_attempts)
-            return fail_status(c, "PullState", err);
+        if (!may_retry(c, c->last_status, attempt)) return fail_status(c, "PullState", err);
         backoff_sleep(c, attempt, "PullState");
     }
 }
@@ -519,6 +573,7 @@ int al_client_call_raw(al_client *c, const char *method, const uint8_t *const *m
     (void)err;
     raw_io x = {.msgs = msgs, .lens = lens, .n = n};
     call_io io = {raw_next, raw_reply, &x};
+    op_begin(c);
     int st = call_run(c, method, c->cfg.deadline_s, &io);
     if (reply) {
         *reply = x.reply;
@@ -540,6 +595,7 @@ int al_client_new(const al_client_cfg *cfg, al_client **out, al_err *err) {
                        cfg->site ? cfg->site : "", cfg->peer ? cfg->peer : "");
     al_client *c = calloc(1, sizeof *c);
     if (!c) return al_errf(err, AL_ENOMEM, "grpc client: out of memory");
+    pthread_mutex_init(&c->mu, NULL);
     c->cfg = *cfg;
     snprintf(c->target, sizeof c->target, "%s", cfg->target);
     snprintf(c->site, sizeof c->site, "%s", cfg->site);
@@ -583,6 +639,7 @@ void al_client_free(al_client *c) {
     grpc_completion_queue_shutdown(c->cq);
     grpc_completion_queue_pluck(c->cq, NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     grpc_completion_queue_destroy(c->cq);
+    pthread_mutex_destroy(&c->mu);
     free(c);
     grpc_shutdown();
 }
