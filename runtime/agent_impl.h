@@ -74,6 +74,7 @@ static inline void ag_interval_add(ag_interval *s, const ag_interval *x) {
  * trained again (or resumed) computes the same S and statistics. */
 typedef struct ag_stream {
     int F;           /* fragments (0: not streaming) */
+    int sync;        /* [outer] overlap_steps = sync: τ is the whole next span (else H/(2F)) */
     long sr_step;    /* the inner step at which this outer round began */
     double lr_cum;   /* Σ η of the committed spans */
     double *lr_at;   /* [F] lr_cum at each fragment's last commit */

@@ -38,6 +38,7 @@ int ag_stream_init(agent *a, al_err *err) {
         return al_errf(err, AL_ECONFIG,
                        "[outer] fragments = %ld: must be 1 to %zu (the parameters)", F, a->P);
     sm->F = (int)F;
+    sm->sync = !strcmp(a->cfg->outer_overlap_steps, "sync");
     sm->lr_at = calloc((size_t)F, sizeof *sm->lr_at);
     sm->step_at = calloc((size_t)F, sizeof *sm->step_at);
     sm->fsq = calloc((size_t)F, sizeof *sm->fsq);
@@ -166,8 +167,19 @@ void ag_stream_next(agent *a) {
     long F = sm->F;
     sm->pend_p = (int)(a->round % F);
     sm->pend_round = a->round;
-    long tau = AL_MAX(1, round_h(a) / (2 * F)), cut = tau;
-    if ((a->round + 1) % F != 0) cut = AL_MIN(tau, ag_span_len(a, a->round + 1));
+    long cut;
+    if (sm->sync) {
+        /* the whole next span; the next outer round's first span with the H in
+         * force now (a decision of this round that changes it is read after the
+         * merge: a longer span trains on, a shorter one has run long) */
+        if ((a->round + 1) % F != 0)
+            cut = ag_span_len(a, a->round + 1);
+        else
+            cut = AL_MAX(0, AL_MIN(a->h, a->cfg->inner_steps - a->step)) / F;
+    } else {
+        long tau = AL_MAX(1, round_h(a) / (2 * F));
+        cut = (a->round + 1) % F != 0 ? AL_MIN(tau, ag_span_len(a, a->round + 1)) : tau;
+    }
     sm->pend_cut = cut;
 }
 

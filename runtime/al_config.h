@@ -70,6 +70,9 @@
       "theta in [outer] fragments synchronised in turn (docs/outer.md)")                           \
     X(outer, fragments, INT, 16, 1, 1024,                                                          \
       "overlap = streaming: F fragments of theta, one synchronised every H/F inner steps")         \
+    X(outer, overlap_steps, STR, "half", "half|sync", 0,                                           \
+      "overlap = streaming: a fragment's exchange is merged half way into the next span "          \
+      "(tau = H/(2F)) or at its end (sync: tau = H/F)")                                            \
     X(round, deadline_s, DBL, 120, 0.1, 86400,                                                     \
       "seconds a round waits for a site's shards and statistics before dropping it")               \
     X(round, min_sites, INT, 1, 1, 256, "fewest live sites to train with (fewer: wait)")           \

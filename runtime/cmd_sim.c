@@ -114,6 +114,8 @@ static int set_key(simcfg *s, const char *sec, const char *key, const char *v, c
     } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap_steps")) {
         if (!strcmp(v, "sync"))
             s->overlap_steps = AL_SIM_TAU_SYNC;
+        else if (!strcmp(v, "half")) /* the agents' spelling of the default, H/(2F) */
+            s->overlap_steps = -1;
         else
             rc = al_cli_int("[outer] overlap_steps", v, -1, 1L << 30, &s->overlap_steps, err);
     } else if (!strcmp(sec, "outer")) {
@@ -272,8 +274,8 @@ static void sim_usage(FILE *f) {
             "                       delayed-mid|streaming: as the agent's; fragments = F\n"
             "                       (streaming, default 16), overlap_steps = tau (streaming:\n"
             "                       the inner steps an exchange runs beside before its\n"
-            "                       merge; -1 = H/(2F), the default; 0 = none; sync = at\n"
-            "                       the next fragment's sync),\n"
+            "                       merge; -1 or half = H/(2F), the default; 0 = none;\n"
+            "                       sync = at the next fragment's sync),\n"
             "                       stream_eager = true|false (streaming: the fragment in\n"
             "                       flight trains from the site's eager guess; default\n"
             "                       true)), [policy] (name,\n"

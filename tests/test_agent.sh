@@ -18,7 +18,8 @@
 # sets the agents' round deadline (default 5 s; the sanitizer run uses more).
 # AL_TEST_OVERLAP=delayed runs every agent with [outer] overlap = delayed (and
 # the simulator of section 3 too), AL_TEST_FRAGMENTS=F with F fragments
-# (overlap = streaming; default 16); AL_TEST_SECTIONS="2 2c 3" runs only the
+# (overlap = streaming; default 16), AL_TEST_TAU=half|sync its [outer]
+# overlap_steps; AL_TEST_SECTIONS="2 2c 3" runs only the
 # sections with those tags (the "# ---- TAG." headers below).
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ -n ${AL_TEST_SECTIONS:-} && -z ${AL_TEST_FILTERED:-} ]]; then
@@ -87,6 +88,7 @@ conf() {
         echo "codec = int8+zstd"
         echo "overlap = ${OVERLAP:-${AL_TEST_OVERLAP:-none}}"
         echo "fragments = ${AL_TEST_FRAGMENTS:-16}"
+        echo "overlap_steps = ${AL_TEST_TAU:-half}"
         echo "lr = ${OUTER_LR:-0.7}"
         echo "[policy]"
         echo "name = fixed"
@@ -513,7 +515,7 @@ ref=$(hash_of r4/run-a/summary.json)
     --set inner.batch=4 --set inner.seq=32 --set inner.steps=150 --set inner.warmup=5 \
     --set inner.lr=1e-2 --set inner.threads=1 --set inner.eval_batches=4 \
     --codec int8+zstd --set outer.lr=0.7 --overlap "${AL_TEST_OVERLAP:-none}" \
-    --set outer.fragments="${AL_TEST_FRAGMENTS:-16}" >sim.out 2>&1
+    --set outer.fragments="${AL_TEST_FRAGMENTS:-16}" --set outer.overlap_steps="${AL_TEST_TAU:-half}" >sim.out 2>&1
 sim_hash=$(tail -n 1 sim.out | python3 -c 'import json,sys; print(json.load(sys.stdin)["hash"])' 2>/dev/null)
 if [[ -n $ref && $sim_hash == "$ref" ]]; then
     ok "a 2-site sim with the same settings ends on the 2-site agents' theta ($ref)"

@@ -47,6 +47,7 @@ typedef struct ov_opts {
     double mbit, delay_ms;
     const char *preset, *codec, *mode; /* mode: the overlapped job's [outer] overlap */
     long fragments;                    /* its [outer] fragments (streaming) */
+    const char *tau;                   /* its [outer] overlap_steps (streaming): half|sync */
     char dir[1024], train[1200], val[1200];
 } ov_opts;
 
@@ -79,6 +80,8 @@ static void usage(FILE *f) {
                "  --overlap O    the overlapped job's mode: delayed|delayed-mid|streaming\n"
                "                 (default streaming)\n"
                "  --fragments F  streaming's fragments (default 16)\n"
+               "  --overlap-steps half|sync  streaming's merge: tau = H/(2F) or H/F\n"
+               "                 (default half)\n"
                "  --dir DIR      work folder (default: a new one under /tmp)\n"
                "  --json         one JSON object as the last line\n");
 }
@@ -101,9 +104,9 @@ static int write_config(const ov_opts *o, int s, const int *grpc, const int *pro
             "eval_every = 0\neval_batches = 2\n",
             o->batch, o->seq, o->steps);
     fprintf(f,
-            "[outer]\ncodec = %s\noverlap = %s\nfragments = %ld\n[policy]\nname = fixed\n"
-            "h_base = %ld\n",
-            o->codec, mode, o->fragments, o->h);
+            "[outer]\ncodec = %s\noverlap = %s\nfragments = %ld\noverlap_steps = %s\n"
+            "[policy]\nname = fixed\nh_base = %ld\n",
+            o->codec, mode, o->fragments, o->tau, o->h);
     fprintf(f, "[round]\ndeadline_s = 120\n[dashboard]\nport = -1\n");
     fprintf(f, "[checkpoint]\ndir = %s/%s-%c\nevery = 0\nkeep = 1\n", o->dir, mode, 'a' + s);
     return fclose(f) == 0 ? 0 : al_errf(err, AL_EIO, "%s: write failed", path);
@@ -180,15 +183,23 @@ static double median(double *v, int n) {
 }
 
 static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
-    static const struct option opts[] = {
-        {"sites", required_argument, 0, 's'},    {"preset", required_argument, 0, 'P'},
-        {"steps", required_argument, 0, 'n'},    {"h", required_argument, 0, 'H'},
-        {"batch", required_argument, 0, 'B'},    {"seq", required_argument, 0, 'T'},
-        {"codec", required_argument, 0, 'c'},    {"mbit", required_argument, 0, 'm'},
-        {"delay-ms", required_argument, 0, 'd'}, {"runs", required_argument, 0, 'r'},
-        {"dir", required_argument, 0, 'D'},      {"json", no_argument, 0, 'j'},
-        {"overlap", required_argument, 0, 'o'},  {"fragments", required_argument, 0, 'F'},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+    static const struct option opts[] = {{"sites", required_argument, 0, 's'},
+                                         {"preset", required_argument, 0, 'P'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"h", required_argument, 0, 'H'},
+                                         {"batch", required_argument, 0, 'B'},
+                                         {"seq", required_argument, 0, 'T'},
+                                         {"codec", required_argument, 0, 'c'},
+                                         {"mbit", required_argument, 0, 'm'},
+                                         {"delay-ms", required_argument, 0, 'd'},
+                                         {"runs", required_argument, 0, 'r'},
+                                         {"dir", required_argument, 0, 'D'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"overlap", required_argument, 0, 'o'},
+                                         {"fragments", required_argument, 0, 'F'},
+                                         {"overlap-steps", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     long v;
     int ch, rc = 0;
     optind = 1;
@@ -244,6 +255,11 @@ static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
         case 'F':
             rc = al_cli_int("--fragments", optarg, 1, 1024, &o->fragments, err);
             break;
+        case 't':
+            if (strcmp(optarg, "half") && strcmp(optarg, "sync"))
+                rc = al_errf(err, AL_EINVAL, "--overlap-steps: '%s' is not half or sync", optarg);
+            o->tau = optarg;
+            break;
         case 'D':
             snprintf(o->dir, sizeof o->dir, "%s", optarg);
             break;
@@ -274,7 +290,8 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
                  .preset = "demo",
                  .codec = "int8",
                  .mode = "streaming",
-                 .fragments = 16};
+                 .fragments = 16,
+                 .tau = "half"};
     int help = 0, rc = parse(argc, argv, &o, &help, err);
     if (rc || help) return rc;
     signal(SIGPIPE, SIG_IGN); /* the proxies write to sockets an agent may have closed */
@@ -309,7 +326,8 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
     printf("bench overlap: %d sites, preset %s, %ld steps, H %ld, microbatch %dx%d, codec %s, "
            "links %.3g Mbit/s + %.3g ms, overlap %s",
            o.sites, o.preset, o.steps, o.h, o.batch, o.seq, o.codec, o.mbit, o.delay_ms, o.mode);
-    if (!strcmp(o.mode, "streaming")) printf(" (%ld fragments)", o.fragments);
+    if (!strcmp(o.mode, "streaming"))
+        printf(" (%ld fragments, overlap_steps %s)", o.fragments, o.tau);
     printf("; folder %s\n", o.dir);
     printf("%4s %10s %12s %12s %12s %12s %10s %10s\n", "run", "mode", "wall_s", "compute_s",
            "comm_s", "hidden_s", "cpu_s", "hidden");
@@ -351,13 +369,14 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
         json_t *runs = json_array();
         for (int k = 0; k < n; k++) json_array_append_new(runs, json_real(fr[k]));
         json_t *j = json_pack(
-            "{s:s, s:s, s:I, s:i, s:s, s:I, s:I, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:o, "
-            "s:s}",
-            "bench", "overlap", "overlap", o.mode, "fragments", (json_int_t)o.fragments, "sites",
-            o.sites, "preset", o.preset, "steps", (json_int_t)o.steps, "h", (json_int_t)o.h,
-            "codec", o.codec, "mbit", o.mbit, "delay_ms", o.delay_ms, "runs", n, "wall_s_blocking",
-            m_wb, "wall_s_overlap", m_wo, "compute_s", m_c, "blocking_comm_fraction", m_sh,
-            "comm_hidden_fraction", m_f, "comm_hidden_fraction_runs", runs, "dir", o.dir);
+            "{s:s, s:s, s:I, s:s, s:i, s:s, s:I, s:I, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f, "
+            "s:o, s:s}",
+            "bench", "overlap", "overlap", o.mode, "fragments", (json_int_t)o.fragments,
+            "overlap_steps", o.tau, "sites", o.sites, "preset", o.preset, "steps",
+            (json_int_t)o.steps, "h", (json_int_t)o.h, "codec", o.codec, "mbit", o.mbit, "delay_ms",
+            o.delay_ms, "runs", n, "wall_s_blocking", m_wb, "wall_s_overlap", m_wo, "compute_s",
+            m_c, "blocking_comm_fraction", m_sh, "comm_hidden_fraction", m_f,
+            "comm_hidden_fraction_runs", runs, "dir", o.dir);
         char *js = json_dumps(j, JSON_COMPACT);
         printf("%s\n", js ? js : "{}");
         free(js);
