@@ -695,6 +695,8 @@ sed 's/^overlap = .*/overlap = delayed-mean/' r6/a.ini >r6/bad9.ini
 expect_err "\[outer\] overlap: 'delayed-mean' is not one of none\|delayed\|delayed-mid\|streaming" -- "$bin" config check r6/bad9.ini
 sed 's/^\[outer\]$/[outer]\nfragments = 0/' r6/a.ini >r6/bad10.ini
 expect_err "\[outer\] fragments: 0 is out of range" -- "$bin" config check r6/bad10.ini
+sed 's/^overlap_steps = .*/overlap_steps = later/' r6/a.ini >r6/bad11.ini
+expect_err "bad11.ini:[0-9]+: \[outer\] overlap_steps: 'later' is not one of half\|sync" -- "$bin" config check r6/bad11.ini
 # a peer with another run configuration
 conf r7 a "a b"
 OUTER_LR=0.5 conf r7 b "a b"
