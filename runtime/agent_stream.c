@@ -63,14 +63,23 @@ void ag_frag(const agent *a, long round, size_t *lo, size_t *hi) {
     al_shard_range(a->P, a->sm.F, (int)(round % a->sm.F), lo, hi);
 }
 
-/* H_r, cut short by the budget (0 once it is spent: the final exchanges) */
+/* the H of an outer round that begins at inner step `start`, cut short by the
+ * budget (0 once it is spent: the final exchanges) */
+static long h_from(const agent *a, long start) {
+    return AL_MAX(0, AL_MIN(a->h, a->cfg->inner_steps - start));
+}
+
 static long round_h(const agent *a) {
-    return AL_MAX(0, AL_MIN(a->h, a->cfg->inner_steps - a->sm.sr_step));
+    return h_from(a, a->sm.sr_step);
+}
+
+/* span p of F in an outer round of hr steps: H·p/F rounded down to H·(p+1)/F */
+static long span_of(long hr, long p, long F) {
+    return hr * (p + 1) / F - hr * p / F;
 }
 
 long ag_span_len(const agent *a, long round) {
-    long F = a->sm.F, p = round % F, hr = round_h(a);
-    return hr * (p + 1) / F - hr * p / F;
+    return span_of(round_h(a), round % a->sm.F, a->sm.F);
 }
 
 /* (pend_p stays set until the span is kept: ag_bg_join or do_train clears it,
@@ -175,7 +184,7 @@ void ag_stream_next(agent *a) {
         if ((a->round + 1) % F != 0)
             cut = ag_span_len(a, a->round + 1);
         else
-            cut = AL_MAX(0, AL_MIN(a->h, a->cfg->inner_steps - a->step)) / F;
+            cut = span_of(h_from(a, a->step), 0, F); /* it begins where this span ended */
     } else {
         long tau = AL_MAX(1, round_h(a) / (2 * F));
         cut = (a->round + 1) % F != 0 ? AL_MIN(tau, ag_span_len(a, a->round + 1)) : tau;

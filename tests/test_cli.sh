@@ -78,6 +78,7 @@ expect 2 "usage: autoloco bench overlap" -- bench overlap --frobnicate
 expect 1 "--overlap: none is not an overlapped mode the agents run" -- bench overlap --overlap none
 expect 1 "--overlap: overlap 'later': expected none, delayed" -- bench overlap --overlap later
 expect 1 "--fragments: 0" -- bench overlap --fragments 0
+expect 1 "--overlap-steps: 'later' is not half or sync" -- bench overlap --overlap-steps later
 expect 1 "demo: --overlap: delayed-mean is the simulator's only" -- demo --overlap delayed-mean
 expect 1 "demo: --overlap: delayed-mean is the simulator's only" -- demo --overlap delayed-mean
 expect 1 "demo: --overlap: overlap 'sometimes': expected none, delayed, delayed-mean, delayed-mid or streaming" -- demo --overlap sometimes
