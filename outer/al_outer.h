@@ -187,8 +187,25 @@ int al_outer_step(al_outer *o, const float *dbar, double s_r, al_err *err);
 int al_outer_step_part(al_outer *o, const float *dbar, size_t lo, size_t hi, double s_r,
                        al_err *err);
 
-/* SHA-256 (hex) of θ_global's bytes, little-endian fp32. */
+/* θ's hash (hex), what sites vote on and compare: SHA-256 over the SHA-256
+ * digests of θ's chunks of AL_THETA_CHUNK values (little-endian fp32 bytes;
+ * the last chunk may be shorter), in order. One level of a hash tree, so that
+ * a commit of one fragment of θ rehashes only the chunks it touched. */
+enum { AL_THETA_CHUNK = 16384 };
+size_t al_theta_chunks(size_t n); /* chunks of a θ of n values */
+void al_theta_hash(const float *theta, size_t n, char hex[65]);
+/* The same from dig, the 32-byte digests of θ's al_theta_chunks(n) chunks:
+ * those of the chunks overlapping [lo, hi) are computed again from θ (and
+ * written to dig), the others are taken as they are (the caller knows they
+ * still hold). [0, n) computes them all. */
+void al_theta_hash_part(const float *theta, size_t n, uint8_t *dig, size_t lo, size_t hi,
+                        char hex[65]);
+/* al_theta_hash of θ_global. */
 void al_outer_hash(const al_outer *o, char hex[65]);
+/* A 64-bit checksum of θ, about 10x cheaper than its hash: any change to one
+ * 64-bit word of θ changes it (for the check that θ_global still holds what
+ * was committed and hashed; not a hash to vote on). */
+uint64_t al_theta_checksum(const float *theta, size_t n);
 
 /* The whole state (config, steps, θ, momentum) as one little-endian byte
  * string with a SHA-256 trailer, for a joining site or a simple save. *buf is

@@ -20,6 +20,11 @@
  */
 #include "al_outer.h"
 
+/* (SHA256_Init and friends: deprecated in OpenSSL 3, but they need no heap
+ * context, so hashing θ cannot fail; they use the same SHA-NI code) */
+#define OPENSSL_SUPPRESS_DEPRECATED
+#include <openssl/sha.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -219,8 +224,78 @@ int al_outer_step(al_outer *o, const float *dbar, double s_r, al_err *err) {
     return rc;
 }
 
+/* ---- θ's hash and checksum --------------------------------------------------------------
+ * hash(θ) = SHA-256(d_0 | d_1 | ... | d_{k-1}),  d_i = SHA-256(bytes of θ[i·C, min((i+1)·C, n)))
+ * with C = AL_THETA_CHUNK values: a hash tree of one level. The chunk
+ * boundaries are fixed by index, so θ's bytes alone decide it, and a change
+ * to θ[lo, hi) changes only the digests of the chunks it overlaps: a site
+ * that committed one fragment of θ rehashes those (al_theta_hash_part). */
+
+size_t al_theta_chunks(size_t n) {
+    return (n + AL_THETA_CHUNK - 1) / AL_THETA_CHUNK;
+}
+
+static void chunk_digest(const float *theta, size_t n, size_t i, uint8_t d[32]) {
+    size_t lo = i * AL_THETA_CHUNK, hi = AL_MIN(n, lo + AL_THETA_CHUNK);
+    SHA256((const unsigned char *)(theta + lo), (hi - lo) * sizeof(float), d);
+}
+
+static void to_hex32(const uint8_t d[32], char hex[65]) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        hex[2 * i] = digits[d[i] >> 4];
+        hex[2 * i + 1] = digits[d[i] & 15];
+    }
+    hex[64] = '\0';
+}
+
+void al_theta_hash_part(const float *theta, size_t n, uint8_t *dig, size_t lo, size_t hi,
+                        char hex[65]) {
+    size_t k = al_theta_chunks(n);
+    if (lo < hi && lo < n)
+        for (size_t i = lo / AL_THETA_CHUNK; i < k && i * AL_THETA_CHUNK < hi; i++)
+            chunk_digest(theta, n, i, dig + 32 * i);
+    uint8_t d[32];
+    SHA256(dig, 32 * k, d);
+    to_hex32(d, hex);
+}
+
+void al_theta_hash(const float *theta, size_t n, char hex[65]) {
+    SHA256_CTX c;
+    SHA256_Init(&c);
+    for (size_t i = 0; i < al_theta_chunks(n); i++) {
+        uint8_t d[32];
+        chunk_digest(theta, n, i, d);
+        SHA256_Update(&c, d, sizeof d);
+    }
+    uint8_t d[32];
+    SHA256_Final(d, &c);
+    to_hex32(d, hex);
+}
+
 void al_outer_hash(const al_outer *o, char hex[65]) {
-    al_sha256_hex(o->theta, o->n * sizeof(float), hex);
+    al_theta_hash(o->theta, o->n, hex);
+}
+
+/* sum_i (w_i XOR i·G)·K mod 2^64 over θ's 64-bit words (an odd count's last
+ * value padded with zeros): w ↦ (w XOR i·G)·K is a bijection (K odd), so a
+ * change to any one word always changes the sum; the XOR (not a +, which
+ * would split off as i·G·K) makes a word's term depend on its place. */
+uint64_t al_theta_checksum(const float *theta, size_t n) {
+    const uint64_t G = 0x9e3779b97f4a7c15ull, K = 0xff51afd7ed558ccdull;
+    uint64_t s = 0;
+    size_t w = n / 2;
+    for (size_t i = 0; i < w; i++) {
+        uint64_t x;
+        memcpy(&x, theta + 2 * i, sizeof x);
+        s += (x ^ (i * G)) * K;
+    }
+    if (n & 1) {
+        uint32_t x;
+        memcpy(&x, theta + n - 1, sizeof x);
+        s += ((uint64_t)x ^ (w * G)) * K;
+    }
+    return s;
 }
 
 /* ---- serialization -------------------------------------------------------------------

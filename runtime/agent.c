@@ -213,6 +213,9 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     oc.s_ref = a->progress_lr ? a->h_base * c->inner_lr : a->h_base;
     if ((rc = al_outer_init(&a->outer, &oc, ag_theta_local(a), a->P, err))) return rc;
     a->outer_h_ok = 0;
+    a->outer_dig = malloc(32 * al_theta_chunks(a->P));
+    a->cand_dig = malloc(32 * al_theta_chunks(a->P));
+    if (!a->outer_dig || !a->cand_dig) return al_errf(err, AL_ENOMEM, "agent: out of memory");
     a->delta = malloc(a->P * sizeof(float));
     a->dbar = calloc(a->P, sizeof(float)); /* streaming: the fragments' latest Δ̄ */
     a->part = malloc(a->P * sizeof(float));
@@ -264,6 +267,8 @@ static void teardown(agent *a) {
     al_tokens_free(&a->val);
     al_outer_free(&a->outer);
     al_outer_free(&a->cand);
+    free(a->outer_dig);
+    free(a->cand_dig);
     al_outer_free(&a->pulled);
     al_outer_free(&a->eager);
     free(a->from);

@@ -150,8 +150,14 @@ typedef struct agent {
     al_round_hash cand_h;             /* its θ's hash (computed once, in do_propose) */
     al_round_hash outer_h;            /* θ_global's hash (ag_outer_hash), valid while */
     int outer_h_ok;                   /* outer_h_ok: cleared wherever θ_global changes */
-    char pol_before[2048];            /* the policy's state before the candidate's decision */
-    int cand_mem[AG_MAX_SITES];       /* its members (site ids, increasing) and statistics */
+    /* while outer_h_ok: the digests of θ_global's chunks (al_theta_hash_part)
+     * and its checksum; the candidate's beside them (do_propose), swapped in
+     * by do_apply. A streaming candidate differs from θ_global in its fragment
+     * only: it rehashes that fragment's chunks, not all of θ */
+    uint8_t *outer_dig, *cand_dig;
+    uint64_t outer_sum, cand_sum;
+    char pol_before[2048];      /* the policy's state before the candidate's decision */
+    int cand_mem[AG_MAX_SITES]; /* its members (site ids, increasing) and statistics */
     al_site_stats cand_st[AG_MAX_SITES];
     int cand_M;
     al_site_stats mine;                       /* this site's statistics for round mine_round */
@@ -359,9 +365,16 @@ void ag_event_line(agent *a, const char *line);
 /* θ_global's hash as the machine holds it, and as hex. */
 void ag_hash_of(const al_outer *o, al_round_hash *h);
 /* θ_global's hash: the one kept since θ_global last changed (a commit sets
- * it to the candidate's), or hashed now (fresh: always, the interval's end
- * checks θ_global against the committed base). Driver thread only. */
+ * it to the candidate's), or hashed now (fresh, or none kept), with its
+ * chunks' digests and checksum. Driver thread only. */
 void ag_outer_hash(agent *a, al_round_hash *h, int fresh);
+/* The same, hashed again if θ_global no longer has the checksum it had when
+ * hashed (a memory fault since the commit: the interval's end checks θ_global
+ * against the committed base this way, without hashing all of θ each round). */
+void ag_outer_check(agent *a, al_round_hash *h);
+/* a->cand_h, a->cand_dig and a->cand_sum of a->cand, a copy of θ_global
+ * changed in [lo, hi) only (all of θ: [0, P)). */
+void ag_cand_hash(agent *a, size_t lo, size_t hi);
 /* The published copy's SHA-256 trailer, written before its first reader
  * (a peer's pull, do_reload, a test's fault); the caller holds a->mu. */
 void ag_snapshot_seal(ag_snapshot *sn);

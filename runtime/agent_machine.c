@@ -21,10 +21,29 @@ void ag_hash_of(const al_outer *o, al_round_hash *h) {
 
 void ag_outer_hash(agent *a, al_round_hash *h, int fresh) {
     if (fresh || !a->outer_h_ok) {
-        ag_hash_of(&a->outer, &a->outer_h);
+        char hx[65];
+        al_theta_hash_part(a->outer.theta, a->P, a->outer_dig, 0, a->P, hx);
+        ag_hex32(hx, a->outer_h.b);
+        a->outer_sum = al_theta_checksum(a->outer.theta, a->P);
         a->outer_h_ok = 1;
     }
     *h = a->outer_h;
+}
+
+void ag_outer_check(agent *a, al_round_hash *h) {
+    ag_outer_hash(a, h, al_theta_checksum(a->outer.theta, a->P) != a->outer_sum);
+}
+
+void ag_cand_hash(agent *a, size_t lo, size_t hi) {
+    char hx[65];
+    if (a->outer_h_ok && a->cand.n == a->P) { /* the chunks [lo, hi) touched */
+        memcpy(a->cand_dig, a->outer_dig, 32 * al_theta_chunks(a->P));
+        al_theta_hash_part(a->cand.theta, a->P, a->cand_dig, lo, hi, hx);
+    } else {
+        al_theta_hash_part(a->cand.theta, a->P, a->cand_dig, 0, a->P, hx);
+    }
+    ag_hex32(hx, a->cand_h.b);
+    a->cand_sum = al_theta_checksum(a->cand.theta, a->P);
 }
 
 void ag_hash_hex(const al_round_hash *h, char hx[65]) {

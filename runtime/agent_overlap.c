@@ -23,8 +23,7 @@
  * in a vote is the known limit of docs/ARCHITECTURE.md, not this fault). */
 void ag_corrupt(agent *a) {
     a->fault_corrupt = -1;
-    ((uint8_t *)a->outer.theta)[1] ^= 0x10;
-    a->outer_h_ok = 0;
+    ((uint8_t *)a->outer.theta)[1] ^= 0x10; /* (behind the kept hash's back: ag_outer_check) */
     pthread_mutex_lock(&a->mu);
     ag_snapshot_seal(a->snap); /* published (and sealed) before the fault */
     if (a->snap && a->snap->outer_len > 100) a->snap->outer[a->snap->outer_len / 2] ^= 0x10;

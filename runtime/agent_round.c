@@ -208,7 +208,7 @@ static int do_train(agent *a, al_err *err) {
     if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
     a->mine_round = a->round;
     al_round_event ev = {.type = AL_EV_INTERVAL_DONE, .peer = -1, .round = a->round};
-    ag_outer_hash(a, &ev.hash, 1); /* hashed again: a fault since the commit shows here */
+    ag_outer_check(a, &ev.hash); /* a fault since the commit shows here */
     ag_feed(a, &ev);
     return 0;
 }
@@ -290,8 +290,10 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
     a->have_cand = 1;
     al_round_event ev = {
         .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
-    ag_hash_of(&a->cand, &ev.hash);
-    a->cand_h = ev.hash;
+    size_t lo = 0, hi = a->P; /* (streaming: the candidate differs in its fragment only) */
+    if (a->sm.F) ag_frag(a, a->round, &lo, &hi);
+    ag_cand_hash(a, lo, hi);
+    ev.hash = a->cand_h;
     ag_outer_hash(a, &ev.theta, 0);
     ag_feed(a, &ev);
     return 0;
@@ -371,7 +373,11 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
                        a->round);
     outer_swap(&a->outer, &a->cand);
     a->have_cand = 0;
-    a->outer_h = a->cand_h; /* θ_global's now; enter_round publishes it */
+    a->outer_h = a->cand_h;      /* θ_global's now; enter_round publishes it */
+    uint8_t *dig = a->outer_dig; /* (the candidate's digests and checksum with it) */
+    a->outer_dig = a->cand_dig;
+    a->cand_dig = dig;
+    a->outer_sum = a->cand_sum;
     a->outer_h_ok = 1;
     long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
     /* overlap: θ_local is the next interval's, training or about to */

@@ -480,7 +480,7 @@ static int run_ddp(sim *s, const al_tokens *val, al_sim_result *res, al_err *err
     }
     res->final_train_loss = loss_n ? loss_sum / (double)loss_n : NAN;
     res->bytes = res->bytes_per_site * M;
-    al_sha256_hex(tr->model.params, s->P * sizeof(float), res->hash);
+    al_theta_hash(tr->model.params, s->P, res->hash);
     if (val && (rc = sim_evaluate(s, tr, &res->final_eval_loss, err))) return rc;
     res->nparams = s->P;
     res->theta = malloc(s->P * sizeof(float));

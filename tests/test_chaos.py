@@ -57,13 +57,16 @@ check("find_forks: one site committing a round twice with another theta is a for
       list(ch.find_forks(again)) == [7])
 
 with tempfile.TemporaryDirectory() as d:
-    theta = struct.pack("<3f", 1.0, -2.0, 0.5)
-    blob = b"ALOUTER1" + struct.pack("<IIQq3d", 1, 1, 3, 9, 0.7, 0.9, 100.0) + theta
-    blob += struct.pack("<3f", 7, 7, 7) + b"0" * 64  # momentum, trailer
+    n = 16384 + 3  # a whole chunk of theta's hash and 3 values
+    theta = struct.pack("<%df" % n, *[(i % 97) * 0.25 - 3 for i in range(n)])
+    blob = b"ALOUTER1" + struct.pack("<IIQq3d", 1, 1, n, 9, 0.7, 0.9, 100.0) + theta
+    blob += struct.pack("<%df" % n, *([7.0] * n)) + b"0" * 64  # momentum, trailer
     p = os.path.join(d, "outer.bin")
     open(p, "wb").write(blob)
-    check("outer_theta_hash: SHA-256 of theta only",
-          ch.outer_theta_hash(p) == hashlib.sha256(theta).hexdigest())
+    want = hashlib.sha256(hashlib.sha256(theta[:65536]).digest() +
+                          hashlib.sha256(theta[65536:]).digest()).hexdigest()
+    check("outer_theta_hash: the hash of theta's two chunks, theta only",
+          ch.outer_theta_hash(p) == want)
     open(p, "wb").write(b"NOTOUTER" + blob[8:])
     try:
         ch.outer_theta_hash(p)

@@ -517,6 +517,88 @@ static void test_cfg_set(void **state) {
     assert_true(c.lr == 0.7 && c.momentum == 0.9);
 }
 
+static void hex_bytes(const char *hx, uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = 0;
+        assert_int_equal(sscanf(hx + 2 * i, "%2x", &v), 1);
+        b[i] = (uint8_t)v;
+    }
+}
+
+/* θ's hash from its definition (al_outer.h), with the plain SHA-256 of al_base.h */
+static void theta_hash_ref(const float *x, size_t n, char hex[65]) {
+    size_t k = (n + AL_THETA_CHUNK - 1) / AL_THETA_CHUNK;
+    uint8_t *cat = malloc(32 * k + 1);
+    assert_non_null(cat);
+    for (size_t i = 0; i < k; i++) {
+        size_t lo = i * AL_THETA_CHUNK, hi = AL_MIN(n, lo + AL_THETA_CHUNK);
+        char hx[65];
+        al_sha256_hex(x + lo, (hi - lo) * sizeof(float), hx);
+        hex_bytes(hx, cat + 32 * i, 32);
+    }
+    al_sha256_hex(cat, 32 * k, hex);
+    free(cat);
+}
+
+static void test_theta_hash(void **state) {
+    (void)state;
+    enum { M = 2 * AL_THETA_CHUNK + 4097 }; /* two whole chunks and an odd part */
+    static float x[M], y[M];
+    al_rng r;
+    al_rng_seed(&r, 61);
+    t_fill(&r, x, M, 1.0);
+    char h[65], want[65];
+    size_t sizes[] = {0, 1, 7, AL_THETA_CHUNK, AL_THETA_CHUNK + 1, M};
+    for (size_t k = 0; k < AL_ARRAY_LEN(sizes); k++) {
+        al_theta_hash(x, sizes[k], h);
+        theta_hash_ref(x, sizes[k], want);
+        assert_string_equal(h, want);
+    }
+    assert_int_equal(al_theta_chunks(M), 3);
+    assert_int_equal(al_theta_chunks(AL_THETA_CHUNK), 1);
+    /* the digests kept: a change to [lo, hi) rehashes the chunks it overlaps */
+    uint8_t dig[3 * 32], dig2[3 * 32];
+    al_theta_hash_part(x, M, dig, 0, M, h);
+    assert_string_equal(h, want);
+    memcpy(y, x, sizeof x);
+    size_t lo = AL_THETA_CHUNK - 5, hi = AL_THETA_CHUNK + 9; /* across chunks 0 and 1 */
+    for (size_t i = lo; i < hi; i++) y[i] += 1.0f;
+    memcpy(dig2, dig, sizeof dig);
+    al_theta_hash_part(y, M, dig2, lo, hi, h);
+    al_theta_hash(y, M, want);
+    assert_string_equal(h, want);
+    memcpy(dig2, dig, sizeof dig); /* the wrong range leaves chunk 0's stale digest */
+    al_theta_hash_part(y, M, dig2, hi, M, h);
+    assert_string_not_equal(h, want);
+    y[M - 1] = -y[M - 1]; /* the last, shorter chunk */
+    al_theta_hash_part(y, M, dig, M - 1, M, h);
+    al_theta_hash(y, M, want);
+    assert_string_not_equal(h, want); /* dig was x's: chunks 0 and 1 stale */
+    al_theta_hash_part(y, M, dig, 0, M, h);
+    assert_string_equal(h, want);
+
+    /* the checksum: any one bit of any word, and a word moved */
+    memcpy(y, x, sizeof x);
+    uint64_t c0 = al_theta_checksum(x, M);
+    assert_true(al_theta_checksum(y, M) == c0);
+    size_t at[] = {0, 1, AL_THETA_CHUNK, M - 2, M - 1};
+    for (size_t k = 0; k < AL_ARRAY_LEN(at); k++)
+        for (int b = 0; b < 32; b++) {
+            uint32_t u;
+            memcpy(&u, &y[at[k]], 4);
+            u ^= 1u << b;
+            memcpy(&y[at[k]], &u, 4);
+            assert_true(al_theta_checksum(y, M) != c0);
+            u ^= 1u << b;
+            memcpy(&y[at[k]], &u, 4);
+        }
+    assert_true(al_theta_checksum(y, M) == c0);
+    float t0 = y[10], t1 = y[11]; /* two words swapped */
+    y[10] = y[12], y[11] = y[13], y[12] = t0, y[13] = t1;
+    assert_true(al_theta_checksum(y, M) != c0);
+    assert_true(al_theta_checksum(x, M - 1) != c0); /* a value fewer */
+}
+
 static void test_save_load_hash(void **state) {
     (void)state;
     al_rng r;
@@ -529,7 +611,7 @@ static void test_save_load_hash(void **state) {
     assert_int_equal(al_outer_init(&o, &c, theta0, N, &err), 0);
     char h0[65], h1[65], h2[65];
     al_outer_hash(&o, h0);
-    al_sha256_hex(theta0, sizeof theta0, h1);
+    al_theta_hash(theta0, N, h1);
     assert_string_equal(h0, h1);
     for (int k = 0; k < 3; k++) {
         t_fill(&r, dbar, N, 1e-2);
@@ -617,6 +699,7 @@ int main(void) {
         cmocka_unit_test(test_round_stats),
         cmocka_unit_test(test_cfg_set),
         cmocka_unit_test(test_save_load_hash),
+        cmocka_unit_test(test_theta_hash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

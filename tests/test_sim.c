@@ -166,7 +166,7 @@ static void test_hash_each_round(void **state) {
     assert_int_equal(rounds, r.syncs);
     assert_string_equal(last, r.hash);
     char hex[65];
-    al_sha256_hex(r.theta, r.nparams * sizeof(float), hex);
+    al_theta_hash(r.theta, r.nparams, hex);
     assert_string_equal(hex, r.hash);
     al_sim_result_free(&r);
     al_policy_free(p);
