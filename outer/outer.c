@@ -240,15 +240,6 @@ static void chunk_digest(const float *theta, size_t n, size_t i, uint8_t d[32]) 
     SHA256((const unsigned char *)(theta + lo), (hi - lo) * sizeof(float), d);
 }
 
-static void to_hex32(const uint8_t d[32], char hex[65]) {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < 32; i++) {
-        hex[2 * i] = digits[d[i] >> 4];
-        hex[2 * i + 1] = digits[d[i] & 15];
-    }
-    hex[64] = '\0';
-}
-
 void al_theta_hash_part(const float *theta, size_t n, uint8_t *dig, size_t lo, size_t hi,
                         char hex[65]) {
     size_t k = al_theta_chunks(n);
@@ -257,7 +248,7 @@ void al_theta_hash_part(const float *theta, size_t n, uint8_t *dig, size_t lo, s
             chunk_digest(theta, n, i, dig + 32 * i);
     uint8_t d[32];
     SHA256(dig, 32 * k, d);
-    to_hex32(d, hex);
+    al_hex(d, sizeof d, hex);
 }
 
 void al_theta_hash(const float *theta, size_t n, char hex[65]) {
@@ -270,7 +261,7 @@ void al_theta_hash(const float *theta, size_t n, char hex[65]) {
     }
     uint8_t d[32];
     SHA256_Final(d, &c);
-    to_hex32(d, hex);
+    al_hex(d, sizeof d, hex);
 }
 
 void al_outer_hash(const al_outer *o, char hex[65]) {

@@ -36,7 +36,7 @@ void ag_outer_check(agent *a, al_round_hash *h) {
 
 void ag_cand_hash(agent *a, size_t lo, size_t hi) {
     char hx[65];
-    if (a->outer_h_ok && a->cand.n == a->P) { /* the chunks [lo, hi) touched */
+    if (a->outer_h_ok) { /* the chunks [lo, hi) touched */
         memcpy(a->cand_dig, a->outer_dig, 32 * al_theta_chunks(a->P));
         al_theta_hash_part(a->cand.theta, a->P, a->cand_dig, lo, hi, hx);
     } else {
@@ -47,7 +47,7 @@ void ag_cand_hash(agent *a, size_t lo, size_t hi) {
 }
 
 void ag_hash_hex(const al_round_hash *h, char hx[65]) {
-    for (int k = 0; k < 32; k++) snprintf(hx + 2 * k, 3, "%02x", h->b[k]);
+    al_hex(h->b, sizeof h->b, hx);
 }
 
 static void status_in(const al_peer_status *p, al_round_status *st) {

@@ -427,7 +427,7 @@ int ag_handshake(agent *a, int i, al_err *err) {
     }
     if (memcmp(theirs.config_hash, mine.config_hash, 32) != 0) {
         char h[65];
-        for (int k = 0; k < 32; k++) sprintf(h + 2 * k, "%02x", theirs.config_hash[k]);
+        al_hex(theirs.config_hash, 32, h);
         return al_errf(err, AL_EMISMATCH,
                        "site %s runs a different configuration (run hash %.16s, ours %.16s): "
                        "[model], [inner] recipe, [outer] and [policy] must match",

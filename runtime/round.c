@@ -71,7 +71,7 @@ static int heq(const al_round_hash *x, const al_round_hash *y) {
 
 /* First 8 bytes in hex, for log lines. */
 static const char *hshort(const al_round_hash *h, char buf[17]) {
-    for (int i = 0; i < 8; i++) snprintf(buf + 2 * i, 3, "%02x", h->b[i]);
+    al_hex(h->b, 8, buf);
     return buf;
 }
 

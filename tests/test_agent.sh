@@ -394,9 +394,11 @@ wp=$(port)
 pids+=($!)
 wanem=$!
 PEER_PORTS=("" $wp) # a reaches b through the proxy
-conf r3 a "a b"
+# (peer_timeout_s as the deadline: 5 s, the default, unless a sanitized run
+# asks for more time; the reconnection after the cut must fit in it)
+PT=${AL_TEST_DEADLINE:-5} conf r3 a "a b"
 unset PEER_PORTS
-conf r3 b "a b"
+PT=${AL_TEST_DEADLINE:-5} conf r3 b "a b"
 sleep 0.3
 start r3 a
 start r3 b
@@ -521,6 +523,20 @@ if [[ -n $ref && $sim_hash == "$ref" ]]; then
     ok "a 2-site sim with the same settings ends on the 2-site agents' theta ($ref)"
 else
     no "sim vs agents: sim $sim_hash, agents $ref: $(tail -n 2 sim.out)"
+fi
+# The round records carry the hash each commit kept (the candidate's; with
+# streaming rehashed on its fragment's chunks only, ag_cand_hash); the summary
+# hashes theta_global afresh. The last round's must be the summary's.
+last_theta() {
+    python3 -c 'import json,sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+print([x for x in r if x.get("event") == "round"][-1]["theta"])' "$1" 2>/dev/null
+}
+la=$(last_theta r4/run-a/events.jsonl) lb=$(last_theta r4/run-b/events.jsonl)
+if [[ -n $ref && $la == "$ref" && $lb == "$ref" ]]; then
+    ok "the hash kept by the last commit is theta_global's, hashed afresh ($ref)"
+else
+    no "kept hash vs fresh: last round records a $la, b $lb, summary $ref"
 fi
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r5 $s "a b"; done

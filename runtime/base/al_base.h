@@ -89,6 +89,8 @@ double al_rng_normal(al_rng *r);              /* N(0, 1), Box-Muller, no cached 
 /* ---- hashing ------------------------------------------------------------- */
 /* SHA-256 of a buffer, written as 64 lowercase hex digits + NUL. */
 void al_sha256_hex(const void *data, size_t n, char hex[65]);
+/* n bytes as 2n lowercase hex digits + NUL. */
+void al_hex(const void *data, size_t n, char *hex);
 /* SHA-256 of a whole file; AL_EIO with the path if it cannot be read. */
 int al_sha256_file(const char *path, char hex[65], al_err *err);
 /* FNV-1a 64-bit, for cheap deterministic mixing. */

@@ -159,9 +159,10 @@ double al_rng_normal(al_rng *r) {
 
 /* ---- hashing ------------------------------------------------------------- */
 
-static void to_hex(const unsigned char *d, unsigned n, char *hex) {
+void al_hex(const void *data, size_t n, char *hex) {
     static const char digits[] = "0123456789abcdef";
-    for (unsigned i = 0; i < n; i++) {
+    const unsigned char *d = data;
+    for (size_t i = 0; i < n; i++) {
         hex[2 * i] = digits[d[i] >> 4];
         hex[2 * i + 1] = digits[d[i] & 15];
     }
@@ -172,7 +173,7 @@ void al_sha256_hex(const void *data, size_t n, char hex[65]) {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned mdlen = 0;
     EVP_Digest(data, n, md, &mdlen, EVP_sha256(), NULL);
-    to_hex(md, mdlen, hex);
+    al_hex(md, mdlen, hex);
 }
 
 int al_sha256_file(const char *path, char hex[65], al_err *err) {
@@ -194,7 +195,7 @@ int al_sha256_file(const char *path, char hex[65], al_err *err) {
     EVP_DigestFinal_ex(ctx, md, &mdlen);
     EVP_MD_CTX_free(ctx);
     if (bad) return al_errf(err, AL_EIO, "%s: read error", path);
-    to_hex(md, mdlen, hex);
+    al_hex(md, mdlen, hex);
     return 0;
 }
 
