@@ -117,8 +117,12 @@ static void *bg_main(void *arg) {
         /* the same reductions as the driver's thread, so a site trains the same
          * numbers with or without overlap (OpenMP's thread count is per thread) */
         al_threads_set(a->bg_threads);
+        al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f interval %ld starts on the thread",
+                a->name[a->self], al_now() - a->t0, a->bg_round);
         int rc = a->sm.F ? ag_span_run(a, a->bg_round, &a->bg_iv, &a->bg_step, &e)
                          : ag_interval_run(a, a->bg_round, a->bg_h, &a->bg_iv, &a->bg_step, &e);
+        al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f interval %ld ends on the thread",
+                a->name[a->self], al_now() - a->t0, a->bg_round);
         pthread_mutex_lock(&a->mu);
         a->bg_rc = rc;
         a->bg_err = e;

@@ -96,10 +96,14 @@ int ag_span_run(agent *a, long round, ag_interval *iv, long *step, al_err *err) 
              * stop need not wait for a commit that may never come (ag_bg_finished) */
             a->bg_parked = 1;
             a->bg_t_end = al_now();
+            al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f span %ld waits for round %ld",
+                    a->name[a->self], a->bg_t_end - a->t0, round, sm->pend_round);
             pthread_cond_broadcast(&a->cv);
             while (sm->merged_round < sm->pend_round && !a->bg_cancel)
                 pthread_cond_wait(&a->cv, &a->mu);
             a->bg_parked = 0;
+            al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f span %ld waited for round %ld",
+                    a->name[a->self], al_now() - a->t0, round, sm->pend_round);
         }
         pthread_mutex_unlock(&a->mu);
         if (a->bg_cancel) return 0;

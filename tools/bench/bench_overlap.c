@@ -1,29 +1,32 @@
-/* bench_overlap.c -- `autoloco bench overlap`: how much of the WAN's time
- * [outer] overlap = delayed-mid hides behind training (issue 14; delayed
- * differs only in where the next interval starts, not in its timing).
+/* bench_overlap.c -- `autoloco bench overlap`: how much of the WAN's time an
+ * overlapped outer loop hides behind training (issue 14). The overlapped job
+ * runs [outer] overlap = streaming by default (16 fragments, each exchange
+ * beside the next H/32 steps); --overlap delayed|delayed-mid runs the whole
+ * exchange beside the next interval instead.
  *
  * Real agent processes (mutual TLS on loopback), every link to a site through
  * a wanem proxy that limits its rate, so that the blocking exchange is a large
  * part of a round. Each repetition runs the same job twice, blocking
- * (`overlap = none`) and overlapped (`delayed-mid`), in alternating order
- * (blocking first in runs 1, 3, ...), and reads each site's
- * summary.json: train_wall_s (first interval to last commit), compute_s
- * (seconds inside the intervals), comm_s and comm_hidden_s. With compute_s
- * from the blocking run (training alone, no exchange beside it),
+ * (`overlap = none`) and overlapped, in alternating order (blocking first in
+ * runs 1, 3, ...), and reads each site's summary.json: train_wall_s (first
+ * interval to last commit), compute_s (seconds inside the intervals), comm_s
+ * and comm_hidden_s. With compute_s from the blocking run (training alone, no
+ * exchange beside it),
  *
  *     comm_hidden_fraction = 1 − (wall_overlap − compute)/(wall_blocking − compute)
  *
- * 1: the overlapped run took no longer than its compute; 0: no gain. The last
- * exchange of a run has no interval beside it, so R rounds hide at most about
- * (R − 1)/R of the exchange time. Medians over --runs repetitions.
+ * 1: the overlapped run took no longer than its compute; 0: no gain. Nothing
+ * hides the end of a run (streaming's last fragments are exchanged after the
+ * last step), so R rounds hide at most about (R − 1)/R of the exchange time.
+ * Medians over --runs repetitions.
  *
- * The defaults (demo preset, H = 200, 24 rounds, 3 Mbit/s) make the blocking
- * exchange about 40 % of the wall time on a 2-core machine while each
- * exchange stays shorter than an interval. Short intervals measure this
- * machine instead: with two
- * sites training on two cores, an overlapped exchange's own CPU work (TLS,
- * gRPC, the proxies) is taken from training, which H = 50 showed as 15-20 %
- * more compute time (docs/results/overlap.md). */
+ * The defaults (demo preset, H = 416, 24 rounds, 0.92 Mbit/s) make the
+ * blocking exchange about 30 % of the wall time at 24 ms a step; a faster
+ * machine needs a faster link for the same share (the table printed says
+ * which share each run had). On a machine with no core to spare, the
+ * overlapped exchange's own CPU work (TLS, gRPC, the driver, the proxies) is
+ * taken from training, and the formula counts it as communication not hidden
+ * (docs/results/overlap.md). */
 #include "al_cli.h"
 #include "al_commit.h"
 #include "al_transport.h"
