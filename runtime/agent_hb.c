@@ -6,8 +6,7 @@
  * heartbeat never waits behind one). Each ping carries this site's round
  * status (al_round.h) and its answer the peer's: both land in the inbox
  * (a->pst) that the driver feeds to the state machine. The round's statistics
- * travel on the same clients, ahead of the ping, resent until each peer took
- * them. A peer that
+ * travel on the same clients, resent until each peer took them. A peer that
  * answers, even with a refusal, is up; one that has answered nothing for
  * [round] peer_timeout_s is down: the thread logs it, marks it in a->down and
  * wakes the driver, whose exchange stops waiting for it at once instead of at
@@ -43,38 +42,15 @@ static int answered(const al_client *c, int rc) {
            st != AL_ST_UNKNOWN;
 }
 
-/* Our statistics to peer i if it still needs them, then our status (its
- * answer into the inbox). Returns whether it answered. The statistics go
- * first: the peer's round waits for them, and after the status's round trip
- * they arrived one round trip later (about 10 ms a round on the bench's
- * 2 ms links, docs/results/overlap.md). A peer that answers neither is
- * asked nothing more this beat, so a silent peer costs one deadline. */
-static int push_stats(agent *a, int i, al_err *e) {
+/* One beat to peer i: our status (its answer into the inbox), then our
+ * statistics if it still needs them. Returns whether it answered. */
+static int beat(agent *a, int i, al_err *e) {
     pthread_mutex_lock(&a->mu);
+    al_peer_status mine = a->my_status, theirs;
+    int send_stats = (int)(a->stats_to >> i & 1);
     al_site_stats st = a->out_stats;
     long sr = a->out_round;
     uint64_t se = a->out_epoch;
-    pthread_mutex_unlock(&a->mu);
-    int src = ag_push_stats(a, a->hb_cli[i], &st, sr, se, e);
-    int sst = al_client_last_status(a->hb_cli[i]);
-    pthread_mutex_lock(&a->mu);
-    /* taken, or refused for good (another round): either way, not again */
-    if ((src == 0 || (sst != AL_ST_UNAVAILABLE && sst != AL_ST_DEADLINE_EXCEEDED)) &&
-        a->out_round == sr && a->out_epoch == se) {
-        a->stats_to &= ~(1u << i);
-        if (src == 0) a->stats_took |= 1u << i;
-    }
-    pthread_mutex_unlock(&a->mu);
-    return answered(a->hb_cli[i], src);
-}
-
-static int beat(agent *a, int i, al_err *e) {
-    pthread_mutex_lock(&a->mu);
-    int send_stats = (int)(a->stats_to >> i & 1);
-    pthread_mutex_unlock(&a->mu);
-    if (send_stats && !push_stats(a, i, e)) return 0;
-    pthread_mutex_lock(&a->mu);
-    al_peer_status mine = a->my_status, theirs;
     pthread_mutex_unlock(&a->mu);
     int rc = al_client_status(a->hb_cli[i], &mine, &theirs, e);
     int ok = answered(a->hb_cli[i], rc);
@@ -92,6 +68,19 @@ static int beat(agent *a, int i, al_err *e) {
         a->pst[i] = theirs;
         a->pst_new[i] = 1;
         pthread_cond_broadcast(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+    }
+    if (ok && send_stats) {
+        al_err se_err = {0};
+        int src = ag_push_stats(a, a->hb_cli[i], &st, sr, se, &se_err);
+        int sst = al_client_last_status(a->hb_cli[i]);
+        pthread_mutex_lock(&a->mu);
+        /* taken, or refused for good (another round): either way, not again */
+        if ((src == 0 || (sst != AL_ST_UNAVAILABLE && sst != AL_ST_DEADLINE_EXCEEDED)) &&
+            a->out_round == sr && a->out_epoch == se) {
+            a->stats_to &= ~(1u << i);
+            if (src == 0) a->stats_took |= 1u << i;
+        }
         pthread_mutex_unlock(&a->mu);
     }
     return ok;
