@@ -27,7 +27,7 @@
     X("export", al_cmd_export, "write a checkpoint in Hugging Face GPT-2 layout: --format hf")     \
     X("import", al_cmd_import, "a Hugging Face GPT-2 folder into a checkpoint: --format hf")       \
     X("data", al_cmd_data, "prepare token files: data prep --format fortune|text|jsonl")           \
-    X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport|gpu|overlap")                  \
+    X("bench", al_cmd_bench, "benchmarks: bench inner|odc|transport|gpu|overlap|subnormal")        \
     X("report", al_cmd_report, "static HTML charts from an agent's JSONL event log")               \
     X("certs", al_cmd_certs, "create a run's CA and per-site mTLS keys and certificates")          \
     X("wanem", al_cmd_wanem, "WAN emulator: a TCP proxy with rate, latency, scheduled cuts")       \
@@ -41,7 +41,9 @@
       "ODC vs the FSDP baseline over W worker processes (--simulate: W=8..64)")                    \
     X("gpu", al_bench_gpu, "training steps on the GPU: tokens/s and TFLOP/s, small and gpt2-124m") \
     X("overlap", al_bench_overlap,                                                                 \
-      "agents over a slow link: blocking vs [outer] overlap = delayed, hidden communication")
+      "agents over a slow link: blocking vs [outer] overlap = delayed, hidden communication")      \
+    X("subnormal", al_bench_subnormal,                                                             \
+      "a confident model's steps with subnormal floats flushed to zero vs IEEE")
 
 #define AL_CMD_DECL(name, fn, summary) int fn(int argc, char **argv, al_err *err);
 AL_COMMANDS(AL_CMD_DECL)

@@ -95,6 +95,9 @@ static void tune_malloc(void) {
 int main(int argc, char **argv) {
     tune_openmp(argv);
     tune_malloc();
+    /* before any thread or process starts: every one of them inherits it
+     * (al_threads_set sets it again where a thread's kernels begin) */
+    al_fp_flush_subnormals();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -79,6 +79,9 @@ expect 1 "--overlap: none is not an overlapped mode the agents run" -- bench ove
 expect 1 "--overlap: overlap 'later': expected none, delayed" -- bench overlap --overlap later
 expect 1 "--fragments: 0" -- bench overlap --fragments 0
 expect 1 "--overlap-steps: 'later' is not half or sync" -- bench overlap --overlap-steps later
+expect 1 "--seq 999 exceeds preset 'demo' context 128" -- bench subnormal --seq 999
+expect 1 "--repeats: 0 is out of range" -- bench subnormal --repeats 0
+expect 2 "usage: autoloco bench subnormal" -- bench subnormal --frobnicate
 expect 1 "demo: --overlap: delayed-mean is the simulator's only" -- demo --overlap delayed-mean
 expect 1 "demo: --overlap: delayed-mean is the simulator's only" -- demo --overlap delayed-mean
 expect 1 "demo: --overlap: overlap 'sometimes': expected none, delayed, delayed-mean, delayed-mid or streaming" -- demo --overlap sometimes
@@ -156,6 +159,21 @@ if [[ $(wc -w <<<"$kids") -ge 2 && -z $left ]]; then
 else
     echo "FAIL: bench overlap stopped: agents '$kids', still running '$left': $(tail -n 3 "$tmp/bo.log")"
     for k in $left; do kill -KILL "$k"; done
+    fail=$((fail + 1))
+fi
+
+# bench subnormal, short: after 150 steps on text of one repeated letter the
+# IEEE thread's attention gradient holds subnormals, the flushing thread's
+# none, and both reach the same loss (to the 6 digits printed)
+sn=$("$bin" bench subnormal --warm 150 --steps 2 --repeats 1 --json 2>&1 | tail -n 1)
+if python3 -c 'import json, sys
+j = json.loads(sys.argv[1])
+assert j["ieee_subnormal_dqkv"] > 0 and j["flushed_subnormal_dqkv"] == 0, j
+assert j["flushed_subnormal_state"] == 0 and j["ieee_loss"] == j["flushed_loss"], j' "$sn" 2>/dev/null; then
+    echo "ok: bench subnormal: subnormals in the IEEE thread's attention gradient, none flushed, same loss"
+    pass=$((pass + 1))
+else
+    echo "FAIL: bench subnormal: $sn"
     fail=$((fail + 1))
 fi
 

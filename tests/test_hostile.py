@@ -79,7 +79,7 @@ val = {tmp}/data/val.bin
 [inner]
 batch = 4
 seq = 32
-steps = 600
+steps = 800
 warmup = 5
 lr = 1e-2
 threads = 1
@@ -300,7 +300,7 @@ def main():
                 break
             time.sleep(0.1)
         held = attack(pb, tmp, ports)
-        rcs = [p.wait(timeout=240) for p in procs]
+        rcs = [p.wait(timeout=280) for p in procs]
         dt = time.time() - t0
         held[1].set()
         held[0].close()
@@ -316,30 +316,35 @@ def main():
               any("refused c: RESOURCE_EXHAUSTED" in ln for ln in refusals) and
               any("refused mallory: PERMISSION_DENIED" in ln for ln in refusals),
               " | ".join(sorted(set(ln[:110] for ln in refusals))))
-        # 60 rounds, each waiting at most deadline_s (3 s) for c's statistics;
+        # 80 rounds, each waiting at most deadline_s (3 s) for c's statistics;
         # idle streams holding threads would add deadlines on top
-        check("the run took no longer than its rounds' deadlines allow", dt < 60 * 3 + 40,
+        check("the run took no longer than its rounds' deadlines allow", dt < 80 * 3 + 40,
               f"{dt:.1f} s")
         # and per round: c's 2 idle streams (held to the end) and the 6 refused
-        # delay no round by more than one heartbeat (1 s). The spacing of a's
-        # commits while they are open against before they were opened (each
-        # round waits deadline_s for c's statistics either way). A held server
-        # thread would delay every round; one slow round is this machine's load
-        # (CI runs this under ASan beside the multi-site tests), so the bound is
-        # on the 90th percentile of the spacing, and the worst is reported.
-        ts = [json.loads(ln)["t"] for ln in open(f"{tmp}/run-a/events.jsonl")
-              if '"round"' in ln and json.loads(ln).get("event", "round") == "round"]
-        gaps = [(t1, t1 - t0) for t0, t1 in zip(ts, ts[1:])]
-        before = [g for t, g in gaps if t < held[3]]
-        during = [g for t, g in gaps if t - g > held[3] + 1.0]
+        # delay no round by more than one heartbeat (1 s). A round's spacing
+        # from the one before is a's training (compute_s) and the rest: the
+        # exchange, the vote, waiting for b. A held server thread would add to
+        # the rest of every round, so the check is on that rest while the
+        # streams are open against before they were opened. (Not on the raw
+        # spacing: that follows the training's speed, which drifts -- it grew
+        # ninefold over this run while subnormal floats were not flushed.) One
+        # slow round is this machine's load (CI runs this beside other
+        # tests), so the bound is on the 90th percentile; the worst is shown.
+        recs = [json.loads(ln) for ln in open(f"{tmp}/run-a/events.jsonl") if '"round"' in ln]
+        recs = [r for r in recs if r.get("event", "round") == "round"]
+        rest = [(r1["t"], r1["t"] - r0["t"] - r1["compute_s"]) for r0, r1 in zip(recs, recs[1:])]
+        spacing = [r1["t"] - r0["t"] for r0, r1 in zip(recs, recs[1:])]
+        before = [g for t, g in rest if t < held[3]]
+        during = [g for (t, g), sp in zip(rest, spacing) if t - sp > held[3] + 1.0]
         med = statistics.median(before) if before else float("nan")
         p90 = statistics.quantiles(during, n=10)[-1] if len(during) >= 2 else float("nan")
         worst = max(during) if during else float("nan")
         check("idle streams delay no round by more than one heartbeat (1 s)",
               len(before) >= 1 and len(during) >= 10 and p90 - med <= 1.0,
-              f"commit spacing before the idle streams: median {med:.2f} s of {len(before)}; "
-              f"while they are open: 90th percentile {p90:.2f} s, worst {worst:.2f} s, "
-              f"of {len(during)}")
+              f"a round's spacing less a's training, before the idle streams: median "
+              f"{med:.3f} s of {len(before)}; while they are open: 90th percentile {p90:.3f} s, "
+              f"worst {worst:.3f} s, of {len(during)} (spacing: median "
+              f"{statistics.median(spacing):.3f} s)")
     finally:
         for p in procs:
             if p.poll() is None:

@@ -1,7 +1,8 @@
 /*
  * test_kernels.c -- every fast fp32 kernel against its naive double reference,
  * every reference backward against central finite differences in double, and
- * AdamW against hand-computed values.
+ * AdamW against hand-computed values. And the threads that train flush
+ * subnormal floats to zero (al_threads_set), their OpenMP threads too.
  *
  * Sizes are the `tiny` preset's: C = 32, NH = 2, T = 32, B = 2, V = 257 (Vp 320).
  * Tolerances: fast vs reference 1e-4 relative to the output's scale (fp32 with
@@ -9,6 +10,9 @@
  */
 #include "al_test.h"
 
+#include <fenv.h>
+#include <float.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "al_kernels.h"
@@ -350,6 +354,81 @@ static void test_crossentropy(void **state) {
  * 0.125. Step 1: m = 0.05, v = 0.0125, mhat = 0.5, vhat = 0.25,
  * p = 1 - 0.1 (0.5/0.5 + 0.1) = 0.89 (to 2e-9); step 2: m = 0.02, v = 0.015,
  * mhat = 0.02/0.19, vhat = 0.015/0.0975, p = 0.854263058; step 3: p = 0.811052265. */
+/* ---- subnormals ---------------------------------------------------------------- */
+
+/* A confident row: the target's logit 0, the other 7 at -100 (fast_expf clamps
+ * at -87: p = 1.6e-38, a normal float), scaled by 1/64 as a step of 64 target
+ * tokens does: 2.6e-40, a subnormal. Counts the subnormal outputs of 64 such
+ * rows (spread over the OpenMP threads). */
+enum { SN_N = 64, SN_V = 8 };
+/* From the bits: with DAZ a comparison (and fpclassify, built from them)
+ * reads a subnormal as 0. */
+static uint32_t bits_of(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+static int is_subnormal(float x) {
+    uint32_t u = bits_of(x);
+    return (u & 0x7f800000u) == 0 && (u & 0x007fffffu) != 0;
+}
+static int subnormals_in_ce_backward(float *l) {
+    int target[SN_N];
+    for (int i = 0; i < SN_N; i++) {
+        target[i] = i % SN_V;
+        for (int j = 0; j < SN_V; j++) l[i * SN_V + j] = j == target[i] ? 0.0f : -100.0f;
+    }
+    al_crossentropy_backward(l, target, 1.0f / 64, SN_N, SN_V, SN_V);
+    int n = 0;
+    for (int i = 0; i < SN_N * SN_V; i++) n += is_subnormal(l[i]);
+    return n;
+}
+
+static void *flushes_in(void *arg) {
+    *(int *)arg = al_fp_flushes_subnormals();
+    return NULL;
+}
+
+/* On a thread of its own from IEEE defaults (fesetenv clears FTZ and DAZ),
+ * with al_threads_set(2) (flush) or without (IEEE) before its first kernel:
+ * r[0] whether it flushes, r[1] the subnormals the kernel wrote on it and on
+ * the OpenMP threads it started, r[2] whether a thread it starts flushes. */
+typedef struct {
+    int flush, r[3];
+    float l[SN_N * SN_V];
+} sn_run;
+static void *subnormals_thread(void *arg) {
+    sn_run *x = arg;
+    fesetenv(FE_DFL_ENV);
+    if (x->flush) al_threads_set(2);
+    x->r[0] = al_fp_flushes_subnormals();
+    x->r[1] = subnormals_in_ce_backward(x->l);
+    pthread_t th;
+    x->r[2] = -1;
+    if (pthread_create(&th, NULL, flushes_in, &x->r[2]) == 0) pthread_join(th, NULL);
+    return NULL;
+}
+
+static void test_subnormals_flushed(void **state) {
+    (void)state;
+    static sn_run ieee = {.flush = 0}, flushed = {.flush = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, subnormals_thread, &ieee), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(pthread_create(&th, NULL, subnormals_thread, &flushed), 0);
+    pthread_join(th, NULL);
+    assert_int_equal(ieee.r[0], 0);                 /* IEEE: FLT_MIN / 2 is not 0 */
+    assert_int_equal(ieee.r[1], SN_N * (SN_V - 1)); /* every non-target entry subnormal */
+    assert_int_equal(ieee.r[2], 0);
+    assert_int_equal(flushed.r[0], 1);
+    assert_int_equal(flushed.r[1], 0); /* none, on whichever thread computed the row */
+    assert_int_equal(flushed.r[2], 1); /* a thread started afterwards inherits the mode */
+    int changed = 0; /* the subnormals became 0; every other entry is the same float */
+    for (int i = 0; i < SN_N * SN_V; i++)
+        changed += bits_of(flushed.l[i]) != (is_subnormal(ieee.l[i]) ? 0u : bits_of(ieee.l[i]));
+    assert_int_equal(changed, 0);
+}
+
 static void test_adamw(void **state) {
     (void)state;
     const double expect_p[3] = {0.890000002, 0.8542630578558273, 0.8110522654784149};
@@ -396,7 +475,7 @@ int main(void) {
         cmocka_unit_test(test_attention),    cmocka_unit_test(test_attention_isolation),
         cmocka_unit_test(test_gelu),         cmocka_unit_test(test_encoder),
         cmocka_unit_test(test_crossentropy), cmocka_unit_test(test_adamw),
-        cmocka_unit_test(test_sumsq),
+        cmocka_unit_test(test_sumsq),        cmocka_unit_test(test_subnormals_flushed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

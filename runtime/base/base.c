@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__SSE__) || defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include <cblas.h>
 #include <omp.h>
@@ -337,10 +341,45 @@ int al_remove_tree(const char *path, al_err *err) {
 
 /* ---- threads ------------------------------------------------------------- */
 
+/* Subnormal floats (|x| < FLT_MIN, 1.2e-38) cost a microcode assist on x86
+ * and arm64 cores: tens to hundreds of cycles an operation instead of one. A
+ * model that grows confident makes them in its activation gradients: with
+ * attention probabilities near 0, the attention's gradient for q, k and v is
+ * (`autoloco bench subnormal`, text that is mostly one letter: 28 % of block
+ * 0's after 300 steps), and every matmul that reads it slows. There a step
+ * took 25 ms instead of 6, and test_hostile's agents went from 7 to 60 ms a
+ * step within 200 steps. With flush-to-zero a subnormal result is written as
+ * 0, with denormals-are-zero a subnormal input is read as 0: an error below
+ * 1.2e-38 absolute, under any tolerance a float model has (that bench's loss
+ * agreed to 6 digits). The mode is a register of each thread (MXCSR, FPCR),
+ * inherited by the threads and processes it starts afterwards: its OpenMP
+ * pool among them, if it has none yet. (One that exists is not
+ * reached: a parallel region here would start the pool in a parent that then
+ * forks its ODC workers, and libgomp hangs in a child whose parent has one.)
+ */
+void al_fp_flush_subnormals(void) {
+#if defined(__SSE__) || defined(__x86_64__)
+    _mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ (bit 15) | DAZ (bit 6) */
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr | (1ull << 24))); /* FZ */
+#endif
+}
+
+int al_fp_flushes_subnormals(void) {
+    volatile float tiny = FLT_MIN, half = 0.5f;
+    float x = tiny * half; /* FLT_MIN / 2: a subnormal, or 0 with FTZ */
+    uint32_t u;
+    memcpy(&u, &x, sizeof u); /* the bits: with DAZ, x == 0 would hold either way */
+    return u == 0;
+}
+
 void al_threads_set(int n) {
     if (n < 1) n = 1;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
+    al_fp_flush_subnormals();
 }
 
 int al_threads_get(void) {

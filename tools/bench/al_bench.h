@@ -1,5 +1,5 @@
-/* al_bench.h -- what `bench inner` and `bench gpu` share: timing training
- * steps of a preset on a backend. */
+/* al_bench.h -- what the benches share: timing training steps of a preset on
+ * a backend (`bench inner`, `bench gpu`), and the median their figures are. */
 #ifndef AL_BENCH_H
 #define AL_BENCH_H
 
@@ -12,6 +12,9 @@ typedef struct al_bench_steps_result {
     size_t params;
     char device[256];
 } al_bench_steps_result;
+
+/* The median of v[0..n) (n >= 1); sorts v in place. */
+double al_bench_median(double *v, int n);
 
 /* Two warm-up steps, then `steps` timed steps (forward, backward, clipping,
  * AdamW, the step's closing sync) on one fixed microbatch of random tokens. */

@@ -25,7 +25,7 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double median(double *v, int n) {
+double al_bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof(double), cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -51,7 +51,7 @@ static int time_sgemm(int n, int reps, double *secs, al_err *err) {
                     n);
         t[r] = al_now() - t0;
     }
-    *secs = median(t, reps);
+    *secs = al_bench_median(t, reps);
     free(a), free(b), free(c);
     return 0;
 }
@@ -104,7 +104,7 @@ int al_bench_steps(const al_model_config *mc, const al_backend *be, int batch, i
     }
     if (rc == 0) {
         double tokens = (double)batch * seq;
-        res->step_s = median(t, steps);
+        res->step_s = al_bench_median(t, steps);
         res->params = tr.model.lay.nparams;
         res->flops =
             6.0 * (double)res->params * tokens + 6.0 * mc->L * mc->C * (double)seq * tokens;

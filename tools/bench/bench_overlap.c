@@ -27,6 +27,7 @@
  * overlapped exchange's own CPU work (TLS, gRPC, the driver, the proxies) is
  * taken from training, and the formula counts it as communication not hidden
  * (docs/results/overlap.md). */
+#include "al_bench.h"
 #include "al_cli.h"
 #include "al_commit.h"
 #include "al_transport.h"
@@ -174,16 +175,6 @@ static int run_job(const ov_opts *o, const int *grpc, const int *proxy, const ch
                            mode, 'a' + s);
     }
     return 0;
-}
-
-static int cmp_dbl(const void *x, const void *y) {
-    double a = *(const double *)x, b = *(const double *)y;
-    return (a > b) - (a < b);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int parse(int argc, char **argv, ov_opts *o, int *help, al_err *err) {
@@ -364,8 +355,9 @@ int al_bench_overlap(int argc, char **argv, al_err *err) {
     if (rc) return al_err_prefix(err, "bench overlap");
     double frs[99];
     memcpy(frs, fr, sizeof(double) * (size_t)n);
-    double m_wb = median(wb, n), m_wo = median(wo, n), m_c = median(cb, n), m_f = median(frs, n),
-           m_sh = median(share, n);
+    double m_wb = al_bench_median(wb, n), m_wo = al_bench_median(wo, n),
+           m_c = al_bench_median(cb, n), m_f = al_bench_median(frs, n),
+           m_sh = al_bench_median(share, n);
     printf("median of %d: wall blocking %.2f s, overlapped %.2f s, compute %.2f s; blocking "
            "communication %.0f%% of the wall time; comm_hidden_fraction %.3f\n",
            n, m_wb, m_wo, m_c, 100 * m_sh, m_f);
