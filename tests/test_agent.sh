@@ -557,6 +557,9 @@ if [[ $at =~ ^[0-9]+$ ]] && ((at < 3 * Fs)) && [[ -n $ref && $ref == "$got" && $
     ok "SIGTERM after $at of $((3 * Fs)) rounds + --resume: bit-identical to the uninterrupted run ($ref)"
 else
     no "resume not exact: stopped at round(s) '$at', uninterrupted $ref, resumed $got"
+    # what each site did at the stop (a checkpoint of a round that did not
+    # commit, steps dropped: ag_bg_settle) and at the resume
+    grep -hE "signal|stopping|dropping|saved checkpoint|resumed from" r5/a.log r5/b.log | sed 's/^/  /'
 fi
 # the counters continue across the resume: syncs, shard bytes before encoding
 # and the DiLoCo/DDP equivalents equal the uninterrupted run's, per site; the
