@@ -1,6 +1,6 @@
 /*
  * test_commit.c -- the round's arithmetic shared by the agent and the sim
- * (runtime/al_commit.h):
+ * (runtime/round/al_round.h):
  *  - shards tile [0, P) in order, whatever P and M;
  *  - with fp32 the exchange is the plain mean in site order, bit for bit, and
  *    left-out members are not in it;
@@ -16,7 +16,7 @@
 
 #include <string.h>
 
-#include "al_commit.h"
+#include "al_round.h"
 
 enum { P = 1000, M = 3 };
 

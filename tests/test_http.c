@@ -22,8 +22,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "al_http.h"
-#include "al_metrics.h"
+#include "al_monitor.h"
 
 static int connect_local(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -17,7 +17,7 @@ declare -A allowed=(
 )
 nm -A "$lib" 2>/dev/null >/tmp/layers.$$ || { echo "FAIL: nm $lib"; exit 1; }
 trap 'rm -f /tmp/layers.$$' EXIT
-obj() { grep -E "[:/]runtime_$1\.c\.o:" /tmp/layers.$$; }
+obj() { grep -E "[:/]runtime_agent_$1\.c\.o:|[:/]runtime_round_$1\.c\.o:" /tmp/layers.$$; }
 fail=0 edges=0
 for f in $parts; do
     [[ -n $(obj "$f") ]] || { echo "FAIL: no object for runtime/$f.c in $lib"; fail=1; continue; }

@@ -1,4 +1,4 @@
-/* test_round.c -- the round state machine (runtime/round.c): its configuration
+/* test_round.c -- the round state machine (runtime/round/round.c): its configuration
  * checks, a few direct cases, and a deterministic simulation: M sites, each
  * running the machine, over the simulated network of round_simnet.c that
  * drops, delays, duplicates, reorders and partitions messages, with crashes

@@ -1,5 +1,5 @@
 /*
- * test_sim.c -- `autoloco sim` (runtime/al_sim.h) on the tiny preset:
+ * test_sim.c -- `autoloco sim` (runtime/sim/al_sim.h) on the tiny preset:
  *  - the same seed gives the same run: θ_global bits, eval loss, H history;
  *  - every simulated site's replica of θ_global has the same hash every round
  *    (the sim checks it and fails with AL_EINTEGRITY; the log carries it);
@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "al_commit.h"
+#include "al_round.h"
 #include "al_data.h"
 #include "al_policy.h"
 #include "al_sim.h"

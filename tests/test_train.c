@@ -16,8 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "al_ckpt.h"
-#include "al_config.h"
+#include "al_store.h"
 #include "al_data.h"
 #include "al_train.h"
 

@@ -16,10 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "al_ckpt.h"
+#include "al_store.h"
 #include "al_data.h"
-#include "al_hf.h"
-#include "al_safetensors.h"
 #include "al_sample.h"
 #include "al_train.h"
 

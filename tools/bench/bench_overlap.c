@@ -29,7 +29,7 @@
  * (docs/results/overlap.md). */
 #include "al_bench.h"
 #include "al_cli.h"
-#include "al_commit.h"
+#include "al_round.h"
 #include "al_transport.h"
 #include "al_wanem.h"
 

@@ -1,0 +1,467 @@
+/* agent_impl.h -- the agent's private state, shared by its parts: agent.c
+ * (set-up, the run, checkpoints), agent_round.c (the driver: the round
+ * protocol's Ready loop, training, commits), agent_net.c (server hooks, the
+ * exchange, state pulls), agent_hb.c (heartbeats carrying the round status,
+ * membership events). Dependencies run one way: agent.c -> agent_round.c ->
+ * agent_net.c, agent_hb.c; the state machine (round.c) knows none of them.
+ * Not a public header. */
+#ifndef AL_AGENT_IMPL_H
+#define AL_AGENT_IMPL_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "al_agent.h"
+#include "al_codec.h"
+#include "al_round.h"
+#include "al_monitor.h"
+#include "al_odc.h"
+#include "al_outer.h"
+#include "al_policy.h"
+#include "al_transport.h"
+
+#define AG_MAX_SITES 16
+/* A shard names its attempt: ShardChunk.epoch carries the round's epoch (the
+ * attempt, al_round.h) above 16 bits and the attempt's members (bit i = site
+ * i) below; shard_id is k, the owner's index among the members. So attempts
+ * with other members or another epoch never collide in the transport's table
+ * of transfers, and a receiver sees at once that a peer is in another one. */
+static inline uint64_t ag_attempt_tag(uint64_t epoch, uint32_t members) {
+    return epoch << 16 | (members & 0xffffu);
+}
+static inline uint64_t ag_tag_epoch(uint64_t tag) {
+    return tag >> 16;
+}
+static inline uint32_t ag_tag_members(uint64_t tag) {
+    return (uint32_t)(tag & 0xffffu);
+}
+
+/* A received shard: the buffer the transport writes into, and its header. */
+typedef struct ag_slot {
+    uint8_t *buf;
+    int state; /* 0 empty, 1 arriving, 2 complete */
+    al_shard_meta meta;
+} ag_slot;
+
+/* What a site accumulates over its interval (and reports as statistics). */
+typedef struct ag_interval {
+    long steps;
+    double loss_sum, gnorm_sum, lr_sum, lr_sq_sum, lr_last, compute_s;
+    long tokens;
+} ag_interval;
+
+/* s += x: a span's statistics into a longer stretch's (lr_last: the latest span's). */
+static inline void ag_interval_add(ag_interval *s, const ag_interval *x) {
+    s->steps += x->steps;
+    s->loss_sum += x->loss_sum;
+    s->gnorm_sum += x->gnorm_sum;
+    s->lr_sum += x->lr_sum;
+    s->lr_sq_sum += x->lr_sq_sum;
+    if (x->steps) s->lr_last = x->lr_last;
+    s->tokens += x->tokens;
+    s->compute_s += x->compute_s;
+}
+
+/* [outer] overlap = streaming (agent_stream.c; docs/outer.md, "Streaming"):
+ * θ in F fragments, protocol round k exchanging fragment k mod F after a span
+ * of H/F inner steps; outer round r = k / F. Everything here but the span's
+ * Δ is committed state: it changes only when a round commits, so a round
+ * trained again (or resumed) computes the same S and statistics. */
+typedef struct ag_stream {
+    int F;           /* fragments (0: not streaming) */
+    int sync;        /* [outer] overlap_steps = sync: τ is the whole next span (else H/(2F)) */
+    long sr_step;    /* the inner step at which this outer round began */
+    double lr_cum;   /* Σ η of the committed spans */
+    double *lr_at;   /* [F] lr_cum at each fragment's last commit */
+    long *step_at;   /* [F] the inner step of each fragment's last commit */
+    double *fsq;     /* [F] this site's ‖Δ_p‖² at each fragment's last commit */
+    ag_interval sum; /* this outer round's committed spans (the statistics' running sums) */
+    double comm_prev, comm_cur; /* exchange seconds of the last outer round, and of this one */
+    /* the round in progress (do_train -> do_propose -> do_apply) */
+    double S;   /* S_p: Σ η (or steps) since fragment p's last commit */
+    double dsq; /* ‖Δ_p‖² */
+    /* the span training now (or pending): the merge it makes after `cut` of
+     * its steps, once round pend_round (which exchanged fragment pend_p) has
+     * committed: merged_round >= pend_round (under mu) */
+    int pend_p; /* -1: none */
+    long pend_round, pend_cut;
+    long merged_round; /* the last committed protocol round (under mu) */
+} ag_stream;
+
+/* An immutable copy of the committed state, served to joining sites. Kept
+ * alive for a few commits so a reply in flight never reads freed memory. */
+typedef struct ag_snapshot {
+    uint8_t *outer; /* al_outer_serialize */
+    uint64_t outer_len;
+    char *meta; /* JSON: round, step, h, policy state */
+    uint64_t meta_len;
+    long round; /* the round in meta: the next one this site trains */
+    int sealed; /* outer's trailer written (ag_snapshot_seal, under mu) */
+    int refs;   /* replies streaming it (under mu); freed at 0 once superseded */
+} ag_snapshot;
+
+typedef struct agent {
+    const al_config *cfg;
+    al_log log;
+    char hash[65];     /* config hash (whole file) */
+    char run_hash[65]; /* what every site must share */
+    /* sites: every configured site sorted by name; id = index */
+    int nsites, self;
+    char name[AG_MAX_SITES][AL_SITE_MAX + 1];
+    char addr[AG_MAX_SITES][128];
+    al_client *cli[AG_MAX_SITES];
+    al_server *srv;
+    al_metrics met;
+    al_http *http;
+    FILE *events;
+    pthread_mutex_t ev_mu; /* whole lines into the event log from any thread */
+    /* local training */
+    al_model_config mc;
+    al_train_opts o;
+    al_tokens train, val;
+    al_trainer tr; /* W = 1; with W > 1 it only evaluates and checkpoints */
+    int workers;
+    al_odc odc;
+    al_workload wl;
+    al_piece *pieces;
+    int npieces;
+    size_t P;
+    /* the outer loop */
+    al_outer outer;
+    al_policy *pol;
+    al_commit_codec cc; /* the codec and its encode buffer */
+    long round, step, h;
+    int live[AG_MAX_SITES]; /* members of the last committed round */
+    /* the round protocol (al_round.h), driven by agent_round.c */
+    al_round rm;
+    al_quorum quorum;                 /* [round] quorum */
+    const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
+    int resumed;                      /* started with --resume: the persisted vote counts */
+    int finished;                     /* the last commit is done (budget or signal): linger */
+    double linger_until;              /* ... until the peers saw it, at most this long */
+    al_outer cand;                    /* the candidate outer state beside a->outer */
+    int have_cand;                    /* cand holds the candidate of (cand_round, cand_epoch) */
+    al_commit_decision cand_d;        /* its decision */
+    al_round_hash cand_h;             /* its θ's hash (computed once, in do_propose) */
+    al_round_hash outer_h;            /* θ_global's hash (ag_outer_hash), valid while */
+    int outer_h_ok;                   /* outer_h_ok: cleared wherever θ_global changes */
+    /* while outer_h_ok: the digests of θ_global's chunks (al_theta_hash_part)
+     * and its checksum; the candidate's beside them (do_propose), swapped in
+     * by do_apply. A streaming candidate differs from θ_global in its fragment
+     * only: it rehashes that fragment's chunks, not all of θ */
+    uint8_t *outer_dig, *cand_dig;
+    uint64_t outer_sum, cand_sum;
+    char pol_before[2048];      /* the policy's state before the candidate's decision */
+    int cand_mem[AG_MAX_SITES]; /* its members (site ids, increasing) and statistics */
+    al_site_stats cand_st[AG_MAX_SITES];
+    int cand_M;
+    al_site_stats mine;                       /* this site's statistics for round mine_round */
+    long mine_round;                          /* -1: none */
+    long step0;                               /* a->step when this round's interval began */
+    double t_round0, t_train_end, t_comm_end; /* this round's clock: start, interval, exchange */
+    double t0;                                /* al_now() at the start: the debug trace's clock */
+    double t_first_train, t_last_commit;      /* the run's training wall time (summary.json) */
+    int shook[AG_MAX_SITES];                  /* handshake (config check) done with the peer */
+    long fed_round[AG_MAX_SITES];             /* statistics fed to the machine: (round, epoch) */
+    uint64_t fed_epoch[AG_MAX_SITES];
+    long misfit_round[AG_MAX_SITES]; /* statistics that did not fit were logged for it */
+    long liar_round[AG_MAX_SITES];   /* its mean shard broke the claim check in this round: its
+                                      * statistics are not fed again (left out of the round) */
+    double fed_heard[AG_MAX_SITES];  /* hb_seen value last fed as a status */
+    al_outer pulled;                 /* a state pulled (AL_ACT_SYNC), adopted by AL_ACT_ADOPT */
+    int have_pulled;
+    long pulled_round, pulled_step, pulled_h;
+    int pulled_from;
+    char pulled_policy[2048];
+    json_t *pulled_stream; /* (streaming) its fragments' schedule (ag_stream_json) */
+    char health[96];       /* the machine's "no quorum: ..." as last reported */
+    /* the inbox and outbox of the heartbeats (agent_hb.c), under mu */
+    al_peer_status pst[AG_MAX_SITES]; /* a peer's latest status */
+    int pst_new[AG_MAX_SITES];        /* ... not yet fed to the machine */
+    al_peer_status my_status;         /* ours, sent with every heartbeat */
+    al_site_stats out_stats;          /* statistics to send for (out_round, out_epoch) */
+    long out_round;
+    uint64_t out_epoch;
+    uint32_t stats_to;           /* peers still to be sent them (bit i) */
+    uint32_t stats_took;         /* peers that took them (not sent again) */
+    int hb_kick;                 /* send now */
+    char refused[400];           /* a peer refused our identity (fatal): why */
+    int ever_live[AG_MAX_SITES]; /* ... of any round this process committed */
+    double xchg_s; /* seconds the last reduce-scatter + all-gather took (0: none yet); sent
+                    * as the next statistics' comm_s for the policies' bandwidth floor */
+    long h_hist[4096];
+    int nh;
+    float *delta, *dbar, *part;
+    double bytes_raw;
+    double recv_base;             /* bytes received before a --resume (the servers count from 0) */
+    double peer_tx[AG_MAX_SITES]; /* client bytes counted so far, per peer */
+    double tx_retired;            /* bytes of clients replaced by fresh ones */
+    double peer_rx[AG_MAX_SITES]; /* server bytes from each peer counted so far */
+    int reconnect[AG_MAX_SITES];  /* a peer came back: replace its client */
+    double h_base;
+    int progress_lr; /* [outer] progress = lr */
+    /* the exchange: written by server threads under mu, read by the driver */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    long cur_round;                        /* the round slots of parity r&1 are for */
+    long cur_step;                         /* inner steps done when cur_round began */
+    int exchanging;                        /* members of cur_round are settled */
+    ag_slot reduce[2][AG_MAX_SITES];       /* [round&1][sender]: its part of my shard */
+    ag_slot gather[2][AG_MAX_SITES];       /* [round&1][sender]: the mean shard its owner sent */
+    al_site_stats stats[2][AG_MAX_SITES];  /* [round&1][site] */
+    int have_stats[2][AG_MAX_SITES];       /* round + 1 of stats[][], 0: none */
+    uint64_t stats_epoch[2][AG_MAX_SITES]; /* ... and its attempt (epoch) */
+    ag_snapshot *snap;                     /* the newest published state (NULL before the first) */
+    ag_interval iv;                        /* the interval in progress (saved in checkpoints) */
+    long iv_h;                             /* the H that interval ran with */
+    /* [outer] overlap = delayed (agent_overlap.c): interval r + 1 trains on a
+     * thread of its own while the driver exchanges and votes round r. While
+     * bg_running the thread owns θ_local, the trainer (or the workers) and
+     * bg_iv; the driver touches none of them until ag_bg_join. */
+    al_overlap overlap;  /* AL_OVERLAP_NONE (0), _DELAYED or _DELAYED_MID */
+    float *from;         /* P floats: where the interval being trained (or pending) started */
+    float *blend;        /* P floats (delayed-mid): the eager step's Δ̂ */
+    float *iv_from;      /* P floats: where the last merged interval started ... */
+    float *iv_end;       /* ... and ended (before the merge): ag_bg_settle's rewind */
+    al_outer eager;      /* scratch for the eager start (al_commit_eager) */
+    pthread_t bg_thread; /* trains interval bg_round; one for the run (bg_alive) */
+    int bg_alive;        /* the thread exists; bg_quit (under mu) ends it */
+    int bg_go, bg_quit;  /* (under mu) train the interval set up / end */
+    int bg_running;      /* started and not joined */
+    int bg_pending;      /* θ_local is interval bg_round's start, not trained yet: trained
+                          * after the commit (a checkpoint or a stop came first) */
+    int bg_trained;      /* a stop came while it trained: it ran to its end (joined), and
+                          * θ_local is its end, `from` its start, iv its statistics, for
+                          * round bg_round's exchange after a --resume (interval_start.bin) */
+    long bg_round, bg_h; /* the interval's round and H */
+    long bg_step;        /* its step counter (a->step when it started) */
+    int bg_threads;      /* the driver's kernel threads (OpenMP's count is per thread) */
+    ag_interval bg_iv;   /* its statistics */
+    int bg_rc;           /* its result, and why */
+    al_err bg_err;
+    int bg_done;   /* finished (under mu), at bg_t_end */
+    int bg_parked; /* (streaming) waiting for a commit to merge, since bg_t_end (under mu) */
+    double bg_t_end;
+    volatile int bg_cancel; /* stop after the current step (W = 1) */
+    ag_stream sm;           /* overlap = streaming: the fragments' schedule */
+    /* fault injection for tests (env AL_FAULT=interval:R or stats:R): die by
+     * SIGKILL halfway through round R's interval, or right after sending
+     * round R's statistics (in the middle of the sync) */
+    long fault_interval, fault_stats;
+    long fault_publish_ms;       /* AL_FAULT=publish:MS: sleep between a commit and its
+                                  * snapshot's publication (widens that window for tests) */
+    long fault_badstats;         /* AL_FAULT=badstats:R / badtokens:R: send round R's */
+    long fault_badtokens;        /* statistics with one inner step too many / with
+                                  * tokens 2^64-1 (a lying peer) */
+    long fault_freeze;           /* AL_FAULT=freeze:R: SIGSTOP halfway through round R's interval
+                                  * (a site that neither answers nor refuses) */
+    int fault_badstate;          /* AL_FAULT=badstate: serve half of θ's state to joiners */
+    double fault_poison;         /* AL_FAULT=poison:V: send V in every element of Δ */
+    double fault_liar;           /* AL_FAULT=liar:V: the same, reporting its true |Δ| */
+    long fault_corrupt;          /* AL_FAULT=corrupt:R: flip a bit of θ_global and of the
+                                  * published copy halfway through round R's interval */
+    long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
+                                  * the merge of round R's fragment starts from */
+    volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
+    /* robust aggregation: members of the committed round whose Δ was left out
+     * of the mean ([outer] max_delta_ratio) */
+    int excluded[AG_MAX_SITES];
+    /* failure detection (agent_hb.c): a thread pings every peer each
+     * [round] heartbeat_s on clients of its own; under mu */
+    al_client *hb_cli[AG_MAX_SITES];
+    pthread_t hb_thread;
+    int hb_running, hb_stop;
+    pthread_cond_t hb_cv;
+    double hb_seen[AG_MAX_SITES]; /* when the peer last answered (al_now) */
+    int down[AG_MAX_SITES];       /* silent for peer_timeout_s: rounds stop waiting for it */
+} agent;
+
+/* 64 hex digits (al_outer_hash, the run hash) into 32 bytes; -1 if malformed. */
+static inline int ag_hex32(const char *hx, uint8_t out[32]) {
+    if (!hx || strlen(hx) != 64) return -1;
+    for (int k = 0; k < 32; k++) {
+        unsigned v = 0;
+        if (sscanf(hx + 2 * k, "%2x", &v) != 1) return -1;
+        out[k] = (uint8_t)v;
+    }
+    return 0;
+}
+
+/* agent_hb.c: heartbeats and failure detection. Start after ag_net_start. */
+int ag_hb_start(agent *a, al_err *err);
+void ag_hb_stop(agent *a);
+/* The client settings every channel to peer i shares (who we are, whom we
+ * mean, TLS); callers add deadlines, attempts and backoff. */
+static inline al_client_cfg ag_client_cfg(const agent *a, int i) {
+    const al_config *c = a->cfg;
+    al_client_cfg cc = {.target = a->addr[i],
+                        .site = a->name[a->self],
+                        .peer = a->name[i],
+                        .run_id = c->site_run_id,
+                        .tls = {c->tls_ca, c->tls_cert, c->tls_key},
+                        .insecure = (int)c->tls_insecure,
+                        .log = NULL};
+    return cc;
+}
+/* A configured site's index, or -1. */
+static inline int ag_site_id(const agent *a, const char *name) {
+    for (int i = 0; i < a->nsites; i++)
+        if (!strcmp(a->name[i], name)) return i;
+    return -1;
+}
+/* Peer i was heard from (a call of its arrived): it is up. Under a->mu. */
+static inline void ag_heard(agent *a, int i) {
+    if (i < 0 || i >= a->nsites) return;
+    a->hb_seen[i] = al_now();
+    a->down[i] = 0;
+}
+/* Is peer i down (no heartbeat answered for peer_timeout_s)? Under a->mu. */
+static inline int ag_down(const agent *a, int i) {
+    return a->down[i];
+}
+
+/* agent_net.c: the server hooks, the exchange, state pulls */
+int ag_net_start(agent *a, al_err *err);
+void ag_net_stop(agent *a);
+/* Publish the committed state for peers that pull it (copies it). */
+int ag_publish_state(agent *a, al_err *err);
+/* Shake hands with peer i: both must run the same configuration. 0: done;
+ * AL_EMISMATCH: it runs another (fatal); else not reachable now. */
+int ag_handshake(agent *a, int i, al_err *err);
+/* Do a peer's statistics fit this site's for the round? Else why. */
+int ag_stats_fit(const al_site_stats *mine, const al_site_stats *theirs, char *why, size_t n);
+/* Send our statistics for (a->round, epoch) to peer i (one try). */
+int ag_push_stats(agent *a, al_client *c, const al_site_stats *mine, long round, uint64_t epoch,
+                  al_err *err);
+/* The Δ exchange of (a->round, epoch) among the M members mem[] (site ids,
+ * increasing; `members` as a bit set) with statistics st[]: reduce-scatter,
+ * then all-gather; on return a->dbar holds Δ̄. On failure *peer names the
+ * member at fault (-1: none known). Sets a->excluded ([outer] max_delta_ratio). */
+int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
+                int M, int *peer, al_err *err);
+/* Pull the committed state (θ_global, outer and policy state) from peer i
+ * into a->pulled*; checked against the hash its metadata names. */
+int ag_pull(agent *a, int i, al_err *err);
+/* Our handshake: site, run, round, hashes, members. */
+void ag_hello(agent *a, al_hello *h);
+/* Start accepting round r (moves the receive window, frees old slots). */
+void ag_set_round(agent *a, long r);
+
+/* agent_hb.c: membership events. A membership event ("drop", "join",
+ * "rejoin", "down", "up", "no-quorum", "quorum") about `site`: into the
+ * metrics (dashboard, /metrics, /api/v1/status) and the event log. */
+void ag_event(agent *a, const char *kind, const char *site);
+/* The same from another thread (the heartbeats'), at a round and step it read under mu. */
+void ag_event_at(agent *a, const char *kind, const char *site, long round, long step);
+/* A round record or other line into the event log (one call: whole lines). */
+void ag_event_line(agent *a, const char *line);
+
+/* agent_machine.c: the agent's side of the round state machine */
+/* θ_global's hash as the machine holds it, and as hex. */
+void ag_hash_of(const al_outer *o, al_round_hash *h);
+/* θ_global's hash: the one kept since θ_global last changed (a commit sets
+ * it to the candidate's), or hashed now (fresh, or none kept), with its
+ * chunks' digests and checksum. Driver thread only. */
+void ag_outer_hash(agent *a, al_round_hash *h, int fresh);
+/* The same, hashed again if θ_global no longer has the checksum it had when
+ * hashed (a memory fault since the commit: the interval's end checks θ_global
+ * against the committed base this way, without hashing all of θ each round). */
+void ag_outer_check(agent *a, al_round_hash *h);
+/* a->cand_h, a->cand_dig and a->cand_sum of a->cand, a copy of θ_global
+ * changed in [lo, hi) only (all of θ: [0, P)). */
+void ag_cand_hash(agent *a, size_t lo, size_t hi);
+/* The published copy's SHA-256 trailer, written before its first reader
+ * (a peer's pull, do_reload, a test's fault); the caller holds a->mu. */
+void ag_snapshot_seal(ag_snapshot *sn);
+void ag_hash_hex(const al_round_hash *h, char hx[65]);
+/* The machine's status as the heartbeats carry it. */
+void ag_status_out(const al_round_status *st, al_peer_status *p);
+/* Feed one event to the machine, stamped now (traced with AL_LOG=debug). */
+void ag_feed(agent *a, al_round_event *ev);
+/* Persist a vote before any status shows it (<checkpoint dir>/vote.json). */
+int ag_vote_save(agent *a, const al_round_vote *v, al_err *err);
+/* Start the machine at a->round from θ_global (and, resumed, the persisted vote). */
+int ag_machine_init(agent *a, al_err *err);
+/* Peer statuses and statistics that arrived since the last look become
+ * events; a peer of another run configuration is an error. */
+int ag_feed_inbox(agent *a, al_err *err);
+/* The machine's health line into the dashboard and the event log on change. */
+void ag_report_health(agent *a);
+/* Every alive peer has seen this site's last commit. */
+int ag_peers_caught_up(agent *a);
+
+/* agent_round.c: the driver */
+/* Run rounds until the step budget, a stop signal (*a->stop) or an error;
+ * *eval gets the last evaluation (NAN: none). */
+int ag_drive(agent *a, double *eval, al_err *err);
+/* The workers' data source (W > 1), for al_odc_init. */
+int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err);
+/* θ_local: the trainer's parameters (W = 1) or the workers' shared ones. */
+float *ag_theta_local(agent *a);
+
+/* agent_overlap.c: the interval's training, inline or on its own thread */
+/* Train interval `round` until iv has h steps (or the budget ends), advancing
+ * *step; the AL_FAULT hooks of that round fire halfway through. */
+int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, al_err *err);
+/* θ_local := θ_global and the trainer's step counters follow a->step. */
+void ag_local_from_global(agent *a);
+/* Start training interval `round` with H h on its own thread, from θ_local
+ * (copied into a->from) and a->step. */
+int ag_bg_start(agent *a, long round, long h, al_err *err);
+/* End the thread (after its last interval is joined or discarded). */
+void ag_bg_quit(agent *a);
+/* Wait for it: a->iv, a->iv_h and a->step take its results; its error if any. */
+int ag_bg_join(agent *a, al_err *err);
+/* Stop it after its current step and drop what it trained. keep_start: θ_local
+ * goes back to where it started and stays pending (a stop, the end); else
+ * nothing is pending (the caller resets θ_local). */
+void ag_bg_discard(agent *a, int keep_start);
+/* At the end of the run (a stop): an interval of the round to come that is
+ * training runs to its end and is kept (bg_trained), so the checkpoint holds
+ * it; one of another round is discarded back to its start. If the stop came
+ * before this round committed (the next interval's start is an eager guess
+ * from its Δ), the round's own interval is kept instead, trained and not yet
+ * merged: a resumed run exchanges it again. */
+int ag_bg_settle(agent *a, al_err *err);
+/* Is the thread's interval over (it may still need joining), or (streaming) parked until a
+ * commit lets it merge? *t_end: since when. */
+int ag_bg_finished(agent *a, double *t_end);
+/* AL_FAULT=corrupt:R: flip a bit of θ_global and of its published copy. */
+void ag_corrupt(agent *a);
+
+/* agent_stream.c: [outer] overlap = streaming */
+int ag_stream_init(agent *a, al_err *err);
+void ag_stream_free(agent *a);
+/* Fragment [lo, hi) that protocol round `round` exchanges (all of θ unless streaming). */
+void ag_frag(const agent *a, long round, size_t *lo, size_t *hi);
+/* The inner steps of round `round`'s span (its outer round's H cut in F). */
+long ag_span_len(const agent *a, long round);
+/* Train round `round`'s span (the thread's or inline), merging the pending fragment on the way. */
+int ag_span_run(agent *a, long round, ag_interval *iv, long *step, al_err *err);
+/* After the span: Δ_p, S_p and this site's statistics (cumulative over the
+ * outer round) into a->mine's fields; θ_local's fragment p becomes the eager guess. */
+int ag_stream_delta(agent *a, al_site_stats *mine, al_err *err);
+/* The next span's merge: fragment p of this round after τ steps. */
+void ag_stream_next(agent *a);
+/* The candidate: the policy decides at the last fragment; fragment p steps. */
+int ag_stream_propose(agent *a, al_outer *cand, const al_site_stats *in_mean, int n_in,
+                      al_commit_decision *d, al_err *err);
+/* Round a->round committed (before a->round advances): the schedule moves on, and
+ * the thread may merge. h_next: the H decided (applies from the next outer round). */
+void ag_stream_commit(agent *a, double comm_s);
+/* Does round k's commit end the run (the budget spent and every fragment's
+ * progress in θ_global)? Asked before it commits. */
+int ag_stream_ends(const agent *a, long k);
+/* The committed schedule as JSON (checkpoints, snapshots), and back (apply 0:
+ * only check it; nothing is written before all of it is checked). */
+json_t *ag_stream_json(const agent *a);
+int ag_stream_load(agent *a, json_t *j, const char *what, int apply, al_err *err);
+
+/* agent_ckpt.c: checkpoints (the trainer's, plus outer.bin and agent.json) */
+int ag_save(agent *a, al_err *err);
+int ag_load(agent *a, const char *path, al_err *err);
+
+#endif

@@ -1,0 +1,730 @@
+/* agent_round.c -- the agent's driver: the round protocol's Ready loop.
+ *
+ * The state machine of runtime/round/al_round.h decides; this file feeds it and
+ * carries out what it asks, in order (etcd raft's Ready/Advance loop):
+ *   events in:  a peer's status (heartbeats, agent_hb.c), a peer's statistics
+ *               that fit this site's interval, a timer tick, and the results
+ *               of the actions below;
+ *   actions:    train the interval (-> INTERVAL_DONE with θ_global's hash),
+ *               exchange Δ with the members the machine chose (agent_net.c;
+ *               -> EXCHANGE_DONE / _FAILED), compute the candidate outer step
+ *               beside θ_global (-> CANDIDATE), persist a vote, apply the
+ *               committed candidate (the round's bookkeeping: metrics, the
+ *               round record, the snapshot peers pull), revert it, pull the
+ *               committed state from a peer (-> SYNCED / SYNC_FAILED) and
+ *               adopt it, reload θ_global from the published copy (->
+ *               RELOADED), send the status and statistics (handed to the
+ *               heartbeat thread), log.
+ * A round commits only with [round] quorum of the configured sites voting the
+ * same candidate hash; a minority says "no quorum" and pulls the majority's
+ * state when it hears of it. The vote of each (round, epoch) is persisted to
+ * <checkpoint dir>/vote.json before any status shows it, and read back on
+ * --resume. See docs/ARCHITECTURE.md, "The round protocol". */
+#include "agent_impl.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- the inner interval ------------------------------------------------------------ */
+
+int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err) {
+    (void)step;
+    (void)err;
+    agent *a = ctx;
+    al_workload_next(&a->wl, a->pieces, a->npieces);
+    *pieces = a->pieces;
+    *n = a->npieces;
+    return 0;
+}
+
+/* ---- the outer state beside θ_global ---------------------------------------------------- */
+
+static int outer_copy(al_outer *dst, const al_outer *src, al_err *err) {
+    if (dst->n != src->n) {
+        al_outer_free(dst);
+        int rc = al_outer_init(dst, &src->cfg, src->theta, src->n, err);
+        if (rc) return rc;
+    }
+    dst->cfg = src->cfg;
+    memcpy(dst->theta, src->theta, src->n * sizeof(float));
+    memcpy(dst->mom, src->mom, src->n * sizeof(float));
+    dst->steps = src->steps;
+    dst->last = src->last;
+    return 0;
+}
+
+static void outer_swap(al_outer *x, al_outer *y) {
+    al_outer t = *x;
+    *x = *y;
+    *y = t;
+}
+
+/* A new round begins here: its receive window, and the state peers pull. */
+static int enter_round(agent *a, al_err *err) {
+    memset(&a->iv, 0, sizeof a->iv);
+    a->step0 = a->step;
+    a->mine_round = -1;
+    ag_set_round(a, a->round);
+    if (a->fault_publish_ms > 0) { /* test hook, see agent_impl.h */
+        struct timespec ts = {a->fault_publish_ms / 1000, (a->fault_publish_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return ag_publish_state(a, err);
+}
+
+/* The run is over here (the budget) or stopping (a signal): after this
+ * commit, wait only for the peers to see it. */
+static void check_finished(agent *a) {
+    if (a->finished) return;
+    /* a signal: this commit is the last. With overlap, sites stop after the
+     * same commit (the first after the signal) wherever their next interval
+     * stands: not started (pending), or training (ag_bg_settle: it runs to its
+     * end and is saved); a resumed site goes on from either */
+    /* (streaming: asked after round a->round − 1 committed) */
+    int done =
+        a->sm.F ? a->round > 0 && ag_stream_ends(a, a->round - 1) : a->step >= a->cfg->inner_steps;
+    if (done || *a->stop) {
+        a->finished = 1;
+        a->linger_until = al_now() + a->cfg->round_deadline_s;
+    }
+}
+
+/* ---- the actions ---------------------------------------------------------------------- */
+
+/* Is a checkpoint due when round `next_round` begins (do_apply saves it)? */
+static int ckpt_due(const agent *a, long next_round) {
+    return a->cfg->checkpoint_every > 0 && next_round % a->cfg->checkpoint_every == 0;
+}
+
+/* Overlap, after interval r: interval r + 1 starts at the eager estimate of
+ * θ_{r+1} with the H the last decision set (round r's decides H_{r+2}), on
+ * its own thread at once, or after round r's commit when a checkpoint is due
+ * then or a signal came (the checkpoint holds that start: a resumed run
+ * trains the same interval from the same point). Nothing when the budget is
+ * spent. */
+static int next_interval(agent *a, al_err *err) {
+    if (a->sm.F) { /* streaming: the eager guess is in θ_local (ag_stream_delta) */
+        if (ag_stream_ends(a, a->round)) return 0; /* none after the run's last exchange */
+        ag_stream_next(a);
+    } else {
+        if (a->step >= a->cfg->inner_steps) return 0;
+        double s_r = a->progress_lr ? a->iv.lr_sum : (double)a->iv.steps;
+        al_eager_in in = {.delta = a->delta, .blend = a->blend};
+        if (a->overlap == AL_OVERLAP_DELAYED_MID) in.from = a->from; /* this interval's start */
+        int rc = al_commit_eager(&a->eager, &a->outer, &in, s_r, ag_theta_local(a), err);
+        if (rc) return al_err_prefix(err, "round %ld: the eager start", a->round);
+    }
+    if (*a->stop || ckpt_due(a, a->round + 1)) {
+        a->bg_pending = 1;
+        a->bg_round = a->round + 1;
+        a->bg_h = a->h;
+        return 0;
+    }
+    return ag_bg_start(a, a->round + 1, a->h, err);
+}
+
+/* AL_ACT_TRAIN: the interval of round a->round, then Δ and this site's
+ * statistics; INTERVAL_DONE carries θ_global's hash, which the machine checks
+ * against the committed base. Blocking: the interval runs here from θ_global
+ * and Δ = θ_global − θ_local. Overlap: it ran beside round r − 1 (joined here)
+ * or runs here from where it was to start, Δ = its start − its end
+ * (al_commit_merge), and interval r + 1 starts (next_interval). */
+static int do_train(agent *a, al_err *err) {
+    if (a->finished) return 0;
+    if (a->mine_round == a->round) { /* trained already (a reload): again, from θ_global */
+        al_logf(&a->log, AL_LOG_INFO, "site %s: round %ld: training the interval again",
+                a->name[a->self], a->round);
+        ag_bg_discard(a, 0);
+        a->step = a->step0;
+        memset(&a->iv, 0, sizeof a->iv);
+        ag_local_from_global(a);
+    }
+    a->t_round0 = al_now();
+    if (a->t_first_train == 0) a->t_first_train = a->t_round0;
+    int rc = 0;
+    if (a->overlap && a->round == a->fault_corrupt) ag_corrupt(a); /* the driver's, see there */
+    if (a->overlap && a->round == a->fault_freeze) raise(SIGSTOP);
+    if (a->bg_running && a->bg_round == a->round) {
+        rc = ag_bg_join(a, err);
+    } else {
+        if (a->bg_running) ag_bg_discard(a, 0); /* of another round (not expected) */
+        long h = a->h;
+        if ((a->bg_pending || a->bg_trained) && a->bg_round == a->round) h = a->bg_h;
+        /* trained before a stop (the checkpoint's start, end and statistics):
+         * the run below adds no step */
+        int trained = a->bg_trained && a->bg_round == a->round;
+        if (a->overlap && !trained) memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
+        a->bg_pending = a->bg_trained = 0;
+        a->iv_h = h;
+        if (!a->sm.F)
+            rc = ag_interval_run(a, a->round, h, &a->iv, &a->step, err);
+        else if (!trained) /* streaming: the span, and the merge it makes */
+            rc = ag_span_run(a, a->round, &a->iv, &a->step, err);
+        a->sm.pend_p = -1;
+    }
+    if (rc) return rc;
+    if (a->sm.F) a->iv_h = a->h; /* (the records show the outer round's H) */
+    a->t_train_end = al_now();
+    al_metrics_add(&a->met, AL_M_COMPUTE_S, a->iv.compute_s);
+    double dsq = 0;
+    if (a->overlap) { /* kept until the next merge (a stop before this round commits) */
+        memcpy(a->iv_from, a->from, a->P * sizeof(float));
+        memcpy(a->iv_end, ag_theta_local(a), a->P * sizeof(float));
+    }
+    long n = AL_MAX(a->iv.steps, 1);
+    a->mine = (al_site_stats){.site = a->self,
+                              .steps = a->iv.steps,
+                              .loss = a->iv.loss_sum / (double)n,
+                              .grad_norm = a->iv.gnorm_sum / (double)n,
+                              .lr_sum = a->iv.lr_sum,
+                              .lr_sq_sum = a->iv.lr_sq_sum,
+                              .lr_last = a->iv.lr_last,
+                              .tokens = a->iv.tokens,
+                              .compute_s = a->iv.compute_s,
+                              .comm_s = a->xchg_s};
+    if (a->sm.F) /* streaming: fragment p's Δ, the outer round's running statistics */
+        rc = ag_stream_delta(a, &a->mine, err);
+    else if (a->overlap)
+        rc = al_commit_merge(ag_theta_local(a), a->from, a->outer.theta, a->P, a->delta, &dsq, err);
+    else
+        rc = al_pseudo_grad(a->delta, a->outer.theta, ag_theta_local(a), a->P, &dsq, err);
+    if (rc) return rc;
+    if (!a->sm.F) a->mine.delta_sq = dsq;
+    if (a->overlap && (rc = next_interval(a, err))) return rc;
+    size_t lo, hi; /* what this round exchanges */
+    ag_frag(a, a->round, &lo, &hi);
+    if (a->fault_poison != 0) { /* test hook: a poisoning member (it reports its norm) */
+        for (size_t i = lo; i < hi; i++) a->delta[i] = (float)a->fault_poison;
+        double v = a->fault_poison * a->fault_poison * (double)(hi - lo);
+        a->mine.delta_sq += v - (a->sm.F ? a->sm.dsq : a->mine.delta_sq);
+        if (a->sm.F) a->sm.dsq = v;
+    }
+    if (a->fault_liar != 0) /* test hook: the same Δ, reporting the honest norm */
+        for (size_t i = lo; i < hi; i++) a->delta[i] = (float)a->fault_liar;
+    if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
+    a->mine_round = a->round;
+    al_round_event ev = {.type = AL_EV_INTERVAL_DONE, .peer = -1, .round = a->round};
+    ag_outer_check(a, &ev.hash); /* a fault since the commit shows here */
+    ag_feed(a, &ev);
+    return 0;
+}
+
+/* AL_ACT_EXCHANGE: Δ with the members the machine chose. A failure is the
+ * round's business (a null vote), never the agent's end. */
+static int do_exchange(agent *a, const al_round_action *act) {
+    if (a->round == a->fault_stats) raise(SIGKILL); /* test hook, see agent_impl.h */
+    al_round_event ev = {
+        .type = AL_EV_EXCHANGE_FAILED, .peer = -1, .round = a->round, .epoch = act->epoch};
+    int M = 0, p = (int)(a->round & 1);
+    al_err e = {0};
+    int rc = 0;
+    pthread_mutex_lock(&a->mu);
+    for (int i = 0; i < a->nsites && rc == 0; i++) {
+        if (!(act->members >> i & 1)) continue;
+        a->cand_mem[M] = i;
+        if (i == a->self) {
+            a->cand_st[M++] = a->mine;
+        } else if (a->have_stats[p][i] == a->round + 1 && a->stats_epoch[p][i] == act->epoch) {
+            al_site_stats st = a->stats[p][i];
+            /* the schedule's scalars are the same everywhere; the wire carries S_r */
+            st.lr_sq_sum = a->mine.lr_sq_sum;
+            st.lr_last = a->mine.lr_last;
+            a->cand_st[M++] = st;
+        } else {
+            ev.peer = i;
+            rc = al_errf(&e, AL_EPEER, "round %ld: %s's statistics were replaced", a->round,
+                         a->name[i]);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    a->cand_M = M;
+    double t_x = al_now();
+    if (rc == 0)
+        rc = ag_exchange(a, act->epoch, act->members, a->cand_mem, a->cand_st, M, &ev.peer, &e);
+    if (rc == 0) {
+        a->xchg_s = al_now() - t_x; /* the link's cost of a round, sent with the next stats */
+        a->t_comm_end = al_now();
+        ev.type = AL_EV_EXCHANGE_DONE;
+    } else {
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: round %ld: the exchange (attempt %llu, %d sites) "
+                "failed: %s",
+                a->name[a->self], a->round, (unsigned long long)act->epoch, M, e.msg);
+        if (rc == AL_EINTEGRITY && ev.peer >= 0 && a->liar_round[ev.peer] != a->round) {
+            a->liar_round[ev.peer] = a->round; /* every member saw the same bytes */
+            al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out of the round's next attempts",
+                    a->round, a->name[ev.peer]);
+        }
+    }
+    ag_feed(a, &ev);
+    return 0;
+}
+
+/* AL_ACT_PROPOSE: the outer step on a copy of the outer state; the policy
+ * decides the next H (its state before is kept for a revert). */
+static int do_propose(agent *a, const al_round_action *act, al_err *err) {
+    if (a->have_cand) al_policy_load(a->pol, a->pol_before, NULL);
+    a->have_cand = 0;
+    int rc = outer_copy(&a->cand, &a->outer, err);
+    if (rc) return rc;
+    al_policy_save(a->pol, a->pol_before, sizeof a->pol_before);
+    al_site_stats in_mean[AG_MAX_SITES];
+    int n_in = 0;
+    for (int j = 0; j < a->cand_M; j++)
+        if (!a->excluded[a->cand_mem[j]]) in_mean[n_in++] = a->cand_st[j];
+    if (a->sm.F) {
+        rc = ag_stream_propose(a, &a->cand, in_mean, n_in, &a->cand_d, err);
+    } else {
+        rc =
+            al_commit_decide(a->pol, in_mean, n_in, a->dbar, a->P, a->round, a->h, &a->cand_d, err);
+        if (rc == 0) rc = al_commit_step(&a->cand, a->dbar, &a->cand_d, a->progress_lr, err);
+    }
+    if (rc) {
+        al_policy_load(a->pol, a->pol_before, NULL);
+        return al_err_prefix(err, "round %ld", a->round);
+    }
+    a->have_cand = 1;
+    al_round_event ev = {
+        .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
+    size_t lo = 0, hi = a->P; /* (streaming: the candidate differs in its fragment only) */
+    if (a->sm.F) ag_frag(a, a->round, &lo, &hi);
+    ag_cand_hash(a, lo, hi);
+    ev.hash = a->cand_h;
+    ag_outer_hash(a, &ev.theta, 0);
+    ag_feed(a, &ev);
+    return 0;
+}
+
+/* DiLoCo and DDP send 2 (M-1)/M P fp32 values per synchronisation (ring
+ * reduce-scatter + all-gather): every H_base steps, or every step. */
+static double sync_bytes(const agent *a, int M) {
+    return M > 1 ? 2.0 * (double)(M - 1) / (double)M * (double)a->P * 4.0 : 0.0;
+}
+
+/* Bytes since the last count: what our exchange clients sent (shards,
+ * handshakes, state pulls: the senders' total equals the receivers'), and
+ * what our server got. Heartbeats and statistics are control traffic, on
+ * neither side. */
+static double count_bytes(agent *a, double busy_s) {
+    double sent = a->tx_retired, recv = 0;
+    a->tx_retired = 0;
+    for (int i = 0; i < a->nsites; i++) {
+        if (i == a->self) continue;
+        double dtx = 0;
+        if (a->cli[i]) {
+            uint64_t tx, rx;
+            al_client_bytes(a->cli[i], &tx, &rx);
+            dtx = (double)tx - a->peer_tx[i];
+            a->peer_tx[i] = (double)tx;
+        }
+        sent += dtx;
+        uint64_t srx = 0, stx = 0;
+        al_server_bytes(a->srv, a->name[i], &srx, &stx);
+        double drx = (double)srx - a->peer_rx[i];
+        a->peer_rx[i] = (double)srx;
+        recv += (double)srx;
+        al_metrics_peer(&a->met, a->name[i], dtx, drx, busy_s);
+    }
+    al_metrics_add(&a->met, AL_M_BYTES_SENT, sent);
+    al_metrics_set(&a->met, AL_M_BYTES_RECV, a->recv_base + recv);
+    return sent;
+}
+
+/* The sites seen agreeing on the hash committed by act: this one, and every
+ * peer whose latest status voted it in the round's attempt or holds it as
+ * the next round's base. */
+static int agreeing(const agent *a, const al_round_action *act) {
+    int n = 1;
+    for (int i = 0; i < a->nsites; i++) {
+        const al_round_peer *p = &a->rm.peer[i];
+        if (i == a->self || !p->have) continue;
+        const al_round_status *st = &p->st;
+        n += (st->round == act->round && st->epoch == act->epoch && st->vote == AL_VOTE_HASH &&
+              !memcmp(st->value.hash.b, act->hash.b, 32)) ||
+             (st->round == act->round + 1 && !memcmp(st->base.b, act->hash.b, 32));
+    }
+    return n;
+}
+
+/* The eval loss of θ_global (with W > 1 the trainer only carries it), into the metrics. */
+static int eval_global(agent *a, double *eval, al_err *err) {
+    int rc, batches = (int)a->cfg->inner_eval_batches;
+    if (a->workers == 1 && a->overlap) /* θ_local is the next interval's: a model of its own */
+        rc = al_eval_params(&a->mc, a->outer.theta, &a->o, &a->val, batches, eval, err);
+    else {
+        if (a->workers > 1) memcpy(a->tr.model.params, a->outer.theta, a->P * sizeof(float));
+        rc = al_trainer_eval(&a->tr, batches, eval, err);
+    }
+    if (rc == 0) al_metrics_set(&a->met, AL_M_EVAL_LOSS, *eval);
+    return rc;
+}
+
+/* AL_ACT_APPLY: the candidate is committed: it becomes θ_global, and the
+ * round's bookkeeping follows (membership events, counters, the round
+ * record in the event log, evaluation, the log line), then the next round. */
+static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *err) {
+    /* (the candidate is untouched since do_propose hashed it) */
+    if (!a->have_cand || memcmp(a->cand_h.b, act->hash.b, 32) != 0)
+        return al_errf(err, AL_EINVAL, "round %ld: asked to apply a candidate this site lacks",
+                       a->round);
+    outer_swap(&a->outer, &a->cand);
+    a->have_cand = 0;
+    a->outer_h = a->cand_h;      /* θ_global's now; enter_round publishes it */
+    uint8_t *dig = a->outer_dig; /* (the candidate's digests and checksum with it) */
+    a->outer_dig = a->cand_dig;
+    a->cand_dig = dig;
+    a->outer_sum = a->cand_sum;
+    a->outer_h_ok = 1;
+    long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
+    /* overlap: θ_local is the next interval's, training or about to */
+    if (!a->bg_running && !a->bg_pending) ag_local_from_global(a);
+    const al_commit_decision *d = &a->cand_d;
+    long h_run = a->iv_h;
+    int M = a->cand_M;
+    const int *members = a->cand_mem;
+    /* (streaming: one H per outer round, recorded at its last fragment) */
+    int outer_end = !a->sm.F || a->round % a->sm.F == a->sm.F - 1;
+    if (outer_end && a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h_run;
+    /* membership events, from the change against the last round: a peer in
+     * this round that was out of the last one has (re)joined, one that was in
+     * it and is not now was dropped (unreachable, silent, or its statistics
+     * or shards did not fit; the log line before says which) */
+    int was[AG_MAX_SITES];
+    memcpy(was, a->live, sizeof was);
+    memset(a->live, 0, sizeof a->live);
+    for (int j = 0; j < M; j++) a->live[members[j]] = 1;
+    for (int i = 0; i < a->nsites; i++) {
+        if (i == a->self) continue;
+        if (a->live[i] && !was[i]) ag_event(a, a->ever_live[i] ? "rejoin" : "join", a->name[i]);
+        if (!a->live[i] && was[i]) ag_event(a, "drop", a->name[i]);
+        if (a->live[i]) a->ever_live[i] = 1;
+        al_metrics_peer_up(&a->met, a->name[i], a->live[i]);
+    }
+    double t_comm = a->t_comm_end > a->t_train_end ? a->t_comm_end - a->t_train_end : 0;
+    /* overlap: the round's exchange and vote ran beside the next interval,
+     * hidden while that interval was still training */
+    double hidden = 0, t_bg_end = 0, t_commit = al_now();
+    a->t_last_commit = t_commit;
+    if (a->bg_running)
+        hidden = ag_bg_finished(a, &t_bg_end)
+                     ? AL_MAX(0.0, AL_MIN(t_bg_end, t_commit) - a->t_train_end)
+                     : t_commit - a->t_train_end;
+    hidden = AL_MIN(hidden, t_comm);
+    double sent = count_bytes(a, t_comm);
+    al_metrics_set(&a->met, AL_M_BYTES_RAW, a->bytes_raw);
+    al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
+    al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync_bytes(a, M));
+    al_metrics_add(&a->met, AL_M_SYNCS, a->sm.F ? 1.0 / a->sm.F : 1.0); /* a fragment: 1/F */
+    al_metrics_add(&a->met, AL_M_SYNCS_DILOCO, (double)a->iv.steps / a->h_base);
+    al_metrics_set(&a->met, AL_M_INNER_STEPS, (double)a->step);
+    al_metrics_add(&a->met, AL_M_TOKENS, (double)a->iv.tokens);
+    al_metrics_set(&a->met, AL_M_INTERVAL, (double)d->h_next);
+    al_metrics_set(&a->met, AL_M_TRAIN_LOSS, a->mine.loss);
+    al_metrics_set(&a->met, AL_M_OUTER_LR_SCALE, a->outer.last.scale);
+    al_metrics_set(&a->met, AL_M_OUTER_MU, a->outer.last.mu);
+    al_metrics_add(&a->met, AL_M_COMM_S, t_comm);
+    al_metrics_add(&a->met, AL_M_COMM_HIDDEN_S, hidden);
+    al_metrics_set(&a->met, AL_M_MEMBERS, M);
+    al_metrics_round_duration(&a->met, al_now() - a->t_round0);
+    double ev = NAN; /* this round's evaluation, if it has one */
+    long every = a->cfg->inner_eval_every;
+    int last = a->step >= a->cfg->inner_steps;
+    if (a->sm.F) last = ag_stream_ends(a, a->round); /* the last of the final exchanges */
+    int rc;
+    if (a->val.tok && (last || (every > 0 && a->step / every != (a->step - trained) / every))) {
+        if ((rc = eval_global(a, &ev, err))) return rc;
+        *eval = ev;
+    }
+    al_round_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.round = a->round;
+    rec.step = a->step;
+    rec.h = h_run;
+    rec.h_next = d->h_next;
+    rec.members = M;
+    struct timespec wall; /* unix seconds, to the microsecond: rounds' spacing is measured */
+    clock_gettime(CLOCK_REALTIME, &wall);
+    rec.t = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
+    rec.train_loss = a->mine.loss;
+    rec.eval_loss = ev;
+    rec.nsites = M;
+    for (int j = 0; j < M; j++) {
+        snprintf(rec.sites[j], sizeof rec.sites[j], "%s", a->name[members[j]]);
+        rec.site_loss[j] = a->cand_st[j].loss;
+    }
+    double *v = a->met.v;
+    pthread_mutex_lock(&a->met.lock);
+    rec.bytes_sent = v[AL_M_BYTES_SENT];
+    rec.bytes_recv = v[AL_M_BYTES_RECV];
+    rec.bytes_raw = v[AL_M_BYTES_RAW];
+    rec.bytes_diloco = v[AL_M_BYTES_DILOCO];
+    rec.bytes_ddp = v[AL_M_BYTES_DDP];
+    rec.syncs_diloco = v[AL_M_SYNCS_DILOCO];
+    pthread_mutex_unlock(&a->met.lock);
+    rec.compute_s = a->iv.compute_s;
+    rec.comm_s = t_comm;
+    rec.hidden_s = hidden;
+    rec.wait_s = 0;
+    rec.policy_comm_s = d->rs.comm_s;
+    rec.policy_compute_s = d->rs.compute_s;
+    rec.comm_floor = d->comm_floor;
+    rec.outer_lr_scale = a->outer.last.scale;
+    rec.outer_mu = a->outer.last.mu;
+    ag_hash_hex(&a->outer_h, rec.theta); /* per round: sites compare histories */
+    rec.configured = a->nsites;
+    rec.agree = agreeing(a, act);
+    al_metrics_add_round(&a->met, &rec, NULL);
+    char *line = al_round_record_json(a->name[a->self], &rec);
+    ag_event_line(a, line);
+    free(line);
+    al_logf(&a->log, AL_LOG_INFO,
+            "site %s | round %ld | step %ld | H %ld -> %lld | sites %d | loss %.4f%s | sent %.0f B "
+            "| theta %.12s",
+            a->name[a->self], a->round, a->step, h_run, (long long)d->h_next, M, a->mine.loss,
+            isnan(ev) ? "" : " (eval)", sent, rec.theta);
+    /* the next round */
+    a->h = (long)d->h_next;
+    if (a->sm.F) ag_stream_commit(a, t_comm); /* (streaming: the thread may merge now) */
+    a->round++;
+    if ((rc = enter_round(a, err))) return rc;
+    check_finished(a);
+    if (!a->finished && ckpt_due(a, a->round) && !a->bg_running && (rc = ag_save(a, err)))
+        return rc;
+    /* overlap: the interval that waited for this commit (a checkpoint) */
+    if (a->bg_pending && !a->finished && a->bg_round == a->round)
+        return ag_bg_start(a, a->round, a->bg_h, err);
+    return 0;
+}
+
+static void do_revert(agent *a) {
+    if (!a->have_cand) return;
+    al_policy_load(a->pol, a->pol_before, NULL);
+    a->have_cand = 0;
+}
+
+/* AL_ACT_SYNC: pull the committed state from a peer. A state that does not
+ * fit (malformed, another shape, θ not the hash its metadata names) is
+ * refused and the machine asks another peer. */
+static int do_sync(agent *a, const al_round_action *act) {
+    al_err e = {0};
+    al_round_event ev = {.type = AL_EV_SYNC_FAILED, .peer = act->peer};
+    int rc = ag_pull(a, act->peer, &e);
+    if (rc == 0) {
+        ev.type = AL_EV_SYNCED;
+        ev.round = a->pulled_round;
+        ag_hash_of(&a->pulled, &ev.hash);
+    } else {
+        al_logf(&a->log, AL_LOG_WARN,
+                "joining: the state from %s refused (%s); trying another peer", a->name[act->peer],
+                e.msg);
+    }
+    ag_feed(a, &ev);
+    return 0;
+}
+
+/* AL_ACT_ADOPT: the pulled state becomes this site's: θ_global, the outer
+ * and policy state, round, step and H. What was trained since the last
+ * commit is discarded, and the log says how much. */
+static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
+    if (!a->have_pulled || a->pulled_round != act->round)
+        return al_errf(err, AL_EINVAL, "asked to adopt round %ld's state, which was not pulled",
+                       act->round);
+    long trained = a->step - a->step0;
+    if (trained > 0)
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: discarding %ld inner steps trained in round %ld: the peers' committed "
+                "state replaces them",
+                a->name[a->self], trained, a->round);
+    int rc = al_policy_load(a->pol, a->pulled_policy, err);
+    if (rc == 0 && a->sm.F) { /* (checked by ag_pull) */
+        rc = ag_stream_load(a, a->pulled_stream, "stream", 1, err);
+        a->sm.pend_p = -1; /* θ_local starts from θ_global: nothing to merge */
+    }
+    if (rc) return al_err_prefix(err, "the state from %s", a->name[a->pulled_from]);
+    ag_bg_discard(a, 0); /* overlap: the interval beside the round is void too */
+    outer_swap(&a->outer, &a->pulled);
+    a->have_pulled = 0;
+    a->outer_h_ok = 0;
+    long before = a->round;
+    a->round = a->pulled_round;
+    a->step = a->pulled_step;
+    a->h = a->pulled_h;
+    if (a->round != before) a->have_cand = 0;
+    ag_local_from_global(a);
+    al_logf(&a->log, AL_LOG_INFO, "site %s: joined at round %ld, step %ld (state from %s)",
+            a->name[a->self], a->round, a->step, a->name[a->pulled_from]);
+    ag_event(a, "join", a->name[a->self]);
+    if ((rc = enter_round(a, err))) return rc;
+    if (a->step >= a->cfg->inner_steps) check_finished(a);
+    return 0;
+}
+
+/* AL_ACT_RELOAD: θ_global again from the copy this site published at its
+ * last commit (what peers pull). A copy that is damaged too reports no hash:
+ * the machine then pulls from a peer. */
+static void do_reload(agent *a) {
+    al_round_event ev = {.type = AL_EV_RELOADED, .peer = -1};
+    al_err e = {0};
+    uint8_t *copy = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&a->mu);
+    ag_snapshot_seal(a->snap);
+    if (a->snap && (copy = malloc(a->snap->outer_len))) {
+        n = a->snap->outer_len;
+        memcpy(copy, a->snap->outer, n);
+    }
+    pthread_mutex_unlock(&a->mu);
+    int rc = copy ? al_outer_deserialize(&a->pulled, copy, n, &a->outer.cfg, &e)
+                  : al_errf(&e, AL_ENOMEM, "no published copy");
+    free(copy);
+    if (rc == 0) {
+        ag_bg_discard(a, 0);
+        outer_swap(&a->outer, &a->pulled);
+        ag_outer_hash(a, &ev.hash, 1);
+        ag_local_from_global(a);
+    } else {
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: the published copy of theta_global is damaged too: "
+                "%s",
+                a->name[a->self], e.msg);
+    }
+    ag_feed(a, &ev);
+}
+
+static void do_send_stats(agent *a, const al_round_action *act) {
+    if (act->round != a->mine_round || a->finished) return;
+    pthread_mutex_lock(&a->mu);
+    if (a->out_round != act->round || a->out_epoch != act->epoch) a->stats_to = a->stats_took = 0;
+    a->out_stats = a->mine;
+    a->out_round = act->round;
+    a->out_epoch = act->epoch;
+    if (!(a->stats_took >> act->peer & 1)) a->stats_to |= 1u << act->peer; /* once taken, done */
+    a->hb_kick = 1;
+    pthread_cond_broadcast(&a->hb_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static void do_send_status(agent *a, const al_round_action *act) {
+    pthread_mutex_lock(&a->mu);
+    ag_status_out(&act->st, &a->my_status);
+    a->hb_kick = 1;
+    pthread_cond_broadcast(&a->hb_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+static int execute(agent *a, const al_round_action *act, double *eval, al_err *err) {
+    switch (act->type) {
+    case AL_ACT_SEND_STATUS:
+        do_send_status(a, act);
+        return 0;
+    case AL_ACT_SEND_STATS:
+        do_send_stats(a, act);
+        return 0;
+    case AL_ACT_TRAIN:
+        return do_train(a, err);
+    case AL_ACT_EXCHANGE:
+        return do_exchange(a, act);
+    case AL_ACT_ABORT: /* the exchange runs to its end in this thread: nothing in flight */
+        return 0;
+    case AL_ACT_PROPOSE:
+        return do_propose(a, act, err);
+    case AL_ACT_PERSIST_VOTE:
+        return ag_vote_save(a, &act->rec, err);
+    case AL_ACT_APPLY:
+        return do_apply(a, act, eval, err);
+    case AL_ACT_REVERT:
+        do_revert(a);
+        return 0;
+    case AL_ACT_SYNC:
+        return do_sync(a, act);
+    case AL_ACT_ADOPT:
+        return do_adopt(a, act, err);
+    case AL_ACT_RELOAD:
+        do_reload(a);
+        return 0;
+    case AL_ACT_DROP: /* agent_hb.c logs it and emits the "down" event */
+        return 0;
+    case AL_ACT_HOLD: /* only after a fetch (below) */
+        return 0;
+    case AL_ACT_FETCH: { /* only with [round] carry, which the agent does not set yet */
+        al_round_event ev = {.type = AL_EV_FETCH_FAILED, .peer = act->peer};
+        ag_feed(a, &ev);
+        return 0;
+    }
+    case AL_ACT_LOG:
+        al_logf(&a->log, (al_log_level)act->level, "site %s: %s", a->name[a->self], act->text);
+        return 0;
+    }
+    return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------------- */
+
+int ag_drive(agent *a, double *eval, al_err *err) {
+    *eval = NAN;
+    a->step0 = a->step - a->iv.steps;
+    a->mine_round = -1;
+    a->sm.merged_round = a->round - 1; /* (streaming: what committed before this process) */
+    int rc = ag_machine_init(a, err);
+    if (rc) return rc;
+    /* (an interval trained before a stop, not yet exchanged, is not the end) */
+    if (a->step >= a->cfg->inner_steps && !a->bg_trained) check_finished(a);
+    double stop_by = 0;
+    al_round_action acts[AL_ROUND_MAX_ACTIONS];
+    for (;;) {
+        double now = al_now();
+        if (a->finished && (ag_peers_caught_up(a) || now > a->linger_until)) break;
+        if (*a->stop && !a->finished) {
+            /* a signal: finish the round in progress with the peers, unless
+             * none is (joining, pulling, reloading) or it does not end */
+            /* (overlap: the deadline counts from the interval's end, as blocking;
+             * an interval ended on its thread counts as ended, joined or not:
+             * it is joined only when its round comes, which may be never) */
+            double t_end;
+            if (stop_by == 0 && ag_bg_finished(a, &t_end))
+                stop_by = now + 2 * a->cfg->round_deadline_s + a->cfg->round_peer_timeout_s;
+            al_round_phase ph = a->rm.phase;
+            if (ph == AL_PH_JOIN || ph == AL_PH_SYNC || ph == AL_PH_RELOAD ||
+                (stop_by > 0 && now > stop_by) ||
+                (ph == AL_PH_TRAIN && a->mine_round != a->round && a->iv.steps == 0 &&
+                 !a->bg_running))
+                break;
+        }
+        if ((rc = ag_feed_inbox(a, err))) return rc;
+        al_round_event tick = {.type = AL_EV_TICK, .peer = -1};
+        ag_feed(a, &tick);
+        int n, did = 0;
+        while ((n = al_round_ready(&a->rm, acts, AL_ROUND_MAX_ACTIONS)) > 0) {
+            for (int k = 0; k < n; k++) {
+                if ((rc = execute(a, &acts[k], eval, err))) return rc;
+                did += acts[k].type != AL_ACT_SEND_STATUS && acts[k].type != AL_ACT_SEND_STATS &&
+                       acts[k].type != AL_ACT_LOG;
+            }
+        }
+        ag_report_health(a);
+        if (did) continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&a->mu);
+        pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+        pthread_mutex_unlock(&a->mu);
+    }
+    /* overlap: an interval still training is finished and kept (a stop) */
+    if ((rc = ag_bg_settle(a, err))) return rc;
+    /* the bytes since the last commit (statistics and pulls of the last round,
+     * the linger), so that the senders' totals equal the receivers' */
+    count_bytes(a, 0);
+    /* the final state came by a pull: evaluate it as a commit would have */
+    if (a->step >= a->cfg->inner_steps && isnan(*eval) && a->val.tok)
+        return eval_global(a, eval, err);
+    return 0;
+}

@@ -1,0 +1,172 @@
+/*
+ * al_monitor.h -- what an agent shows (runtime/monitor/): the metrics
+ * registry (metrics.c) and the read-only HTTP server with the dashboard page
+ * (http.c, dashboard.html embedded at build time). Uses base/ only.
+ */
+#ifndef AL_MONITOR_H
+#define AL_MONITOR_H
+
+#include <pthread.h>
+
+#include "al_base.h"
+
+/*
+ * Metrics -- what an agent measures, in one thread-safe registry that the
+ * HTTP server reads: Prometheus text for /metrics, JSON for /api/v1/status and
+ * /api/v1/rounds, and the same round records as JSONL lines for the event log
+ * (which `autoloco report` turns into a static page).
+ *
+ * Scalar metrics are one X-macro table (name, type, help); per-peer byte
+ * counters and the round-duration histogram are built in. Names carry their
+ * unit (_bytes, _seconds, _total for counters) as Prometheus recommends.
+ */
+
+/* X(id, name, type, help) */
+#define AL_METRICS_TABLE(X)                                                                        \
+    X(SYNCS, "autoloco_syncs_total", counter, "outer synchronisations completed")                  \
+    X(SYNCS_DILOCO, "autoloco_diloco_equivalent_syncs_total", counter,                             \
+      "synchronisations DiLoCo at H_base would have made for the same inner steps")                \
+    X(INNER_STEPS, "autoloco_inner_steps_total", counter, "inner optimizer steps of this site")    \
+    X(TOKENS, "autoloco_tokens_total", counter, "training tokens processed by this site")          \
+    X(INTERVAL, "autoloco_interval_steps", gauge, "current sync interval H (inner steps)")         \
+    X(TRAIN_LOSS, "autoloco_train_loss", gauge, "mean train loss of this site's last interval")    \
+    X(EVAL_LOSS, "autoloco_eval_loss", gauge, "last validation loss (nats per token)")             \
+    X(OUTER_LR_SCALE, "autoloco_outer_lr_scale", gauge, "step scale of the last outer update")     \
+    X(OUTER_MU, "autoloco_outer_momentum_mu", gauge, "momentum decay mu_r of the last outer step") \
+    X(COMPUTE_S, "autoloco_compute_seconds_total", counter, "seconds spent in inner training")     \
+    X(COMM_S, "autoloco_communication_seconds_total", counter, "seconds spent exchanging shards")  \
+    X(COMM_HIDDEN_S, "autoloco_communication_hidden_seconds_total", counter,                       \
+      "seconds of communication that ran beside the next interval's training ([outer] overlap)")   \
+    X(WAIT_S, "autoloco_wait_seconds_total", counter, "seconds spent waiting for peers")           \
+    X(MEMBERS, "autoloco_members", gauge, "sites in the current membership")                       \
+    X(CKPT_AGE, "autoloco_checkpoint_age_seconds", gauge, "seconds since the last checkpoint")     \
+    X(BYTES_SENT, "autoloco_sent_bytes_total", counter, "bytes this site sent to peers")           \
+    X(BYTES_RECV, "autoloco_received_bytes_total", counter, "bytes this site received")            \
+    X(BYTES_RAW, "autoloco_uncompressed_bytes_total", counter,                                     \
+      "fp32 bytes the sent shards stood for before encoding")                                      \
+    X(BYTES_DILOCO, "autoloco_diloco_equivalent_bytes_total", counter,                             \
+      "bytes DiLoCo at H_base would have sent for the same inner steps")                           \
+    X(BYTES_DDP, "autoloco_ddp_equivalent_bytes_total", counter,                                   \
+      "bytes DDP (fp32 gradient all-reduce every step) would have sent")
+
+typedef enum {
+#define AL_M_ENUM(id, name, type, help) AL_M_##id,
+    AL_METRICS_TABLE(AL_M_ENUM)
+#undef AL_M_ENUM
+        AL_M_COUNT
+} al_metric_id;
+
+#define AL_METRICS_MAX_PEERS 64
+#define AL_METRICS_BUCKETS   12
+
+/* One closed round, as this site saw it. */
+typedef struct al_round_record {
+    long round, step; /* round index, inner step at its end */
+    long h;           /* interval that just closed */
+    long h_next;      /* the policy's decision */
+    int members;
+    double t;          /* unix seconds at commit */
+    double train_loss; /* this site */
+    double eval_loss;  /* NAN if not evaluated */
+    int nsites;
+    char sites[AL_METRICS_MAX_PEERS][32];
+    double site_loss[AL_METRICS_MAX_PEERS]; /* every member's train loss */
+    double bytes_sent, bytes_recv, bytes_raw, bytes_diloco, bytes_ddp; /* cumulative */
+    double syncs_diloco;                                               /* cumulative */
+    double compute_s, comm_s, wait_s;                                  /* this round */
+    double hidden_s; /* of comm_s, what ran beside the next interval's training */
+    /* what the policy's bandwidth floor saw (al_policy_comm_floor): the round's
+     * statistics' exchange and compute seconds (max over members) and the floor */
+    double policy_comm_s, policy_compute_s, comm_floor;
+    double outer_lr_scale, outer_mu;
+    char theta[65];        /* SHA-256 of θ_global after the commit ("" if unknown) */
+    int agree, configured; /* sites seen agreeing on theta (voted it, or hold it next
+                            * round), of the configured ones (0: unknown) */
+} al_round_record;
+
+typedef struct al_metrics {
+    pthread_mutex_t lock;
+    char site[32];
+    double v[AL_M_COUNT];
+    int npeers;
+    char peer[AL_METRICS_MAX_PEERS][32];
+    double peer_sent[AL_METRICS_MAX_PEERS], peer_recv[AL_METRICS_MAX_PEERS];
+    double peer_busy_s[AL_METRICS_MAX_PEERS]; /* seconds spent sending to each peer */
+    double peer_up[AL_METRICS_MAX_PEERS];     /* 1 member, 0 left out, NAN not known yet */
+    double peer_seen[AL_METRICS_MAX_PEERS]; /* unix seconds of its last round with us (0: never) */
+    char event_kind[8][16];                 /* membership / checkpoint events so far, by kind */
+    double event_count[8];
+    int nkinds;
+    double bucket[AL_METRICS_BUCKETS]; /* round durations: counts per bucket */
+    double dur_sum, dur_count;
+    al_round_record *rounds;
+    size_t nrounds, cap;
+    char events[64][160]; /* last membership / checkpoint events, JSON objects */
+    int nevents;
+    double started;
+    char health[96]; /* the round protocol's warning ("no quorum: 1 of 3 sites reachable"), or "" */
+} al_metrics;
+
+int al_metrics_init(al_metrics *m, const char *site, al_err *err);
+void al_metrics_free(al_metrics *m);
+void al_metrics_set(al_metrics *m, al_metric_id id, double v);
+void al_metrics_add(al_metrics *m, al_metric_id id, double dv);
+/* Per-peer bytes (peer added on first use); busy_s: seconds the transfer took. */
+void al_metrics_peer(al_metrics *m, const char *peer, double sent, double recv, double busy_s);
+/* A peer's membership as this site sees it: up = 1 (in the round that just
+ * committed; last seen now) or 0 (left out; last seen unchanged). */
+void al_metrics_peer_up(al_metrics *m, const char *peer, int up);
+void al_metrics_round_duration(al_metrics *m, double seconds);
+/* The round protocol's health line ("" = healthy): in the status JSON and the dashboard. */
+void al_metrics_set_health(al_metrics *m, const char *text);
+/* Append a round record (copied). */
+int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err);
+/* Membership or checkpoint event: kind "drop", "join", "rejoin",
+ * "checkpoint", ...: kept (the newest 64) for /api/v1/status and /rounds,
+ * counted per kind in /metrics (autoloco_events_total{kind}). Returns the
+ * event as one JSON line (malloc'd; NULL if out of memory) for the event log. */
+char *al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step);
+
+/* Renderings, malloc'd and NUL-terminated (NULL if out of memory). */
+char *al_metrics_prometheus(al_metrics *m);
+char *al_metrics_status_json(al_metrics *m);
+char *al_metrics_rounds_json(al_metrics *m);
+/* One JSONL line (no newline) for a round record. */
+char *al_round_record_json(const char *site, const al_round_record *r);
+
+/*
+ * HTTP -- the agent's read-only HTTP server (libmicrohttpd).
+ *
+ *   /                the dashboard page (self-contained, polls the API)
+ *   /metrics         Prometheus text format
+ *   /api/v1/status   JSON: totals, savings, peers
+ *   /api/v1/rounds   JSON: every round record and membership event
+ *
+ * Anything else is 404; methods other than GET/HEAD are 405. The server runs
+ * its own thread with non-blocking I/O, a connection limit, a per-connection
+ * timeout and a per-connection memory limit (so a huge URL or header is refused
+ * with an error status instead of growing memory). It only reads the metrics
+ * registry under its lock, so training never waits on a client.
+ */
+
+typedef struct al_http al_http;
+
+typedef struct al_http_cfg {
+    const char *address;   /* IPv4 literal, default 127.0.0.1 */
+    int port;              /* 0: pick a free port (see al_http_port) */
+    int max_connections;   /* default 64 */
+    int timeout_s;         /* idle connection timeout, default 10 */
+    int max_per_client;    /* connections one address may hold, default max_connections / 4 */
+    double head_timeout_s; /* a request head must be complete this long after the connection
+                            * opened or its last response went out, default 5 */
+} al_http_cfg;
+
+int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *err);
+int al_http_port(const al_http *h);
+void al_http_stop(al_http *h);
+
+/* The dashboard page (generated at build time from runtime/monitor/dashboard.html). */
+extern const char al_dashboard_html[];
+extern const unsigned long al_dashboard_html_len;
+
+#endif

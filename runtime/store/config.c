@@ -1,0 +1,419 @@
+/* config.c -- strict INI configuration driven by AL_CONFIG_TABLE (see al_store.h). */
+#include "al_store.h"
+#include "al_train.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { T_INT, T_DBL, T_STR } ktype;
+#define AL_KT_INT T_INT
+#define AL_KT_DBL T_DBL
+#define AL_KT_STR T_STR
+
+/* Generic view of one table row. */
+typedef struct keydesc {
+    const char *section, *key, *help;
+    ktype type;
+    size_t offset;
+    long ilo, ihi;
+    double dlo, dhi;
+    const char *choices; /* STR */
+    long idef;
+    double ddef;
+    const char *sdef;
+} keydesc;
+
+/* Per-type helpers so one X-macro row becomes one keydesc initialiser. */
+#define KD_INT(def, lo, hi) .ilo = (long)(lo), .ihi = (long)(hi), .idef = (long)(def)
+#define KD_DBL(def, lo, hi) .dlo = (double)(lo), .dhi = (double)(hi), .ddef = (double)(def)
+#define KD_STR(def, lo, hi) .choices = (lo), .sdef = (def)
+
+static const keydesc KEYS[] = {
+#define AL_CFG_ROW(sec, k, ty, def, lo, hi, hlp)                                                   \
+    {.section = #sec,                                                                              \
+     .key = #k,                                                                                    \
+     .help = hlp,                                                                                  \
+     .type = AL_KT_##ty,                                                                           \
+     .offset = offsetof(al_config, sec##_##k),                                                     \
+     KD_##ty(def, lo, hi)},
+    AL_CONFIG_TABLE(AL_CFG_ROW)
+#undef AL_CFG_ROW
+};
+#define NKEYS (sizeof KEYS / sizeof KEYS[0])
+
+static long *ifield(al_config *c, const keydesc *k) {
+    return (long *)((char *)c + k->offset);
+}
+static double *dfield(al_config *c, const keydesc *k) {
+    return (double *)((char *)c + k->offset);
+}
+static char **sfield(al_config *c, const keydesc *k) {
+    return (char **)((char *)c + k->offset);
+}
+
+int al_config_init(al_config *c, al_err *err) {
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < NKEYS; i++) {
+        const keydesc *k = &KEYS[i];
+        if (k->type == T_INT)
+            *ifield(c, k) = k->idef;
+        else if (k->type == T_DBL)
+            *dfield(c, k) = k->ddef;
+        else if (!(*sfield(c, k) = strdup(k->sdef))) {
+            al_config_free(c);
+            return al_errf(err, AL_ENOMEM, "config: out of memory");
+        }
+    }
+    return 0;
+}
+
+static void kv_free(al_kvlist *l) {
+    for (int i = 0; i < l->n; i++) {
+        free(l->items[i].key);
+        free(l->items[i].value);
+    }
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+void al_config_free(al_config *c) {
+    for (size_t i = 0; i < NKEYS; i++)
+        if (KEYS[i].type == T_STR) {
+            free(*sfield(c, &KEYS[i]));
+            *sfield(c, &KEYS[i]) = NULL;
+        }
+#define AL_CFG_OPEN_FREE(sec) kv_free(&c->sec);
+    AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_FREE)
+#undef AL_CFG_OPEN_FREE
+}
+
+/* The open section named `section`, or NULL. */
+static al_kvlist *open_section(al_config *c, const char *section) {
+#define AL_CFG_OPEN_FIND(sec)                                                                      \
+    if (!strcmp(section, #sec)) return &c->sec;
+    AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_FIND)
+#undef AL_CFG_OPEN_FIND
+    return NULL;
+}
+
+/* Add or replace key in an open section. */
+static int kv_set(al_kvlist *l, const char *key, const char *value, int line, al_err *err) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->items[i].key, key)) {
+            char *v = strdup(value);
+            if (!v) return al_errf(err, AL_ENOMEM, "config: out of memory");
+            free(l->items[i].value);
+            l->items[i].value = v;
+            l->items[i].line = line;
+            return 0;
+        }
+    al_kv *ni = realloc(l->items, (size_t)(l->n + 1) * sizeof *ni);
+    if (!ni) return al_errf(err, AL_ENOMEM, "config: out of memory");
+    l->items = ni;
+    al_kv *kv = &l->items[l->n];
+    kv->key = strdup(key);
+    kv->value = strdup(value);
+    kv->line = line;
+    if (!kv->key || !kv->value) {
+        free(kv->key);
+        free(kv->value);
+        return al_errf(err, AL_ENOMEM, "config: out of memory");
+    }
+    l->n++;
+    return 0;
+}
+
+static int choice_ok(const char *choices, const char *v) {
+    size_t n = strlen(v);
+    const char *p = choices;
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, v, n)) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+/* Set key k from text; on failure writes "[sec] key: why" into err. */
+static int set_value(al_config *c, const keydesc *k, const char *v, al_err *err) {
+    char *end;
+    errno = 0;
+    switch (k->type) {
+    case T_INT: {
+        long x = strtol(v, &end, 10);
+        if (errno || end == v || *end != '\0')
+            return al_errf(err, AL_ECONFIG, "[%s] %s: '%s' is not an integer", k->section, k->key,
+                           v);
+        if (x < k->ilo || x > k->ihi)
+            return al_errf(err, AL_ECONFIG, "[%s] %s: %ld is out of range [%ld, %ld]", k->section,
+                           k->key, x, k->ilo, k->ihi);
+        *ifield(c, k) = x;
+        return 0;
+    }
+    case T_DBL: {
+        double x = strtod(v, &end);
+        if (errno || end == v || *end != '\0' || !isfinite(x))
+            return al_errf(err, AL_ECONFIG, "[%s] %s: '%s' is not a number", k->section, k->key, v);
+        if (x < k->dlo || x > k->dhi)
+            return al_errf(err, AL_ECONFIG, "[%s] %s: %g is out of range [%g, %g]", k->section,
+                           k->key, x, k->dlo, k->dhi);
+        *dfield(c, k) = x;
+        return 0;
+    }
+    case T_STR:
+        if (k->choices && !choice_ok(k->choices, v))
+            return al_errf(err, AL_ECONFIG, "[%s] %s: '%s' is not one of %s", k->section, k->key, v,
+                           k->choices);
+        char *s = strdup(v);
+        if (!s) return al_errf(err, AL_ENOMEM, "config: out of memory");
+        free(*sfield(c, k));
+        *sfield(c, k) = s;
+        return 0;
+    }
+    return AL_EINVAL;
+}
+
+static const keydesc *find_key(const char *section, const char *key, int *section_known) {
+    *section_known = 0;
+    for (size_t i = 0; i < NKEYS; i++) {
+        if (strcmp(KEYS[i].section, section) != 0) continue;
+        *section_known = 1;
+        if (!strcmp(KEYS[i].key, key)) return &KEYS[i];
+    }
+    return NULL;
+}
+
+typedef struct load_ctx {
+    al_config *c;
+    al_err *err;
+    int failed;
+    int line; /* counted by the reader below: the handler is told no line */
+} load_ctx;
+
+static int on_ini_key(void *user, const char *section, const char *name, const char *value) {
+    load_ctx *x = user;
+    if (x->failed) return 1; /* keep the first error only */
+    al_kvlist *open = open_section(x->c, section);
+    if (open) {
+        if (kv_set(open, name, value, x->line, x->err)) {
+            x->failed = 1;
+            return 0;
+        }
+        return 1;
+    }
+    int known;
+    const keydesc *k = find_key(section, name, &known);
+    int rc;
+    if (!k && !known)
+        rc = al_errf(x->err, AL_ECONFIG, "unknown section [%s] (key '%s')", section, name);
+    else if (!k)
+        rc = al_errf(x->err, AL_ECONFIG, "[%s] %s: unknown key", section, name);
+    else
+        rc = set_value(x->c, k, value, x->err);
+    if (rc) {
+        x->failed = 1;
+        return 0; /* ini_parse then returns this line number */
+    }
+    return 1;
+}
+
+/* ini_parse_stream reader that counts lines, so open-section entries keep theirs */
+static char *read_line(char *buf, int size, void *stream) {
+    load_ctx *x = ((void **)stream)[1];
+    char *r = fgets(buf, size, ((void **)stream)[0]);
+    if (r) x->line++;
+    return r;
+}
+
+int al_config_load(al_config *c, const char *path, al_err *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return al_errf(err, AL_EIO, "config %s: cannot open: %s", path, strerror(errno));
+    load_ctx x = {c, err, 0, 0};
+    void *stream[2] = {f, &x};
+    snprintf(c->path, sizeof c->path, "%s", path);
+    int line = ini_parse_stream(read_line, stream, on_ini_key, &x);
+    fclose(f);
+    if (line == 0) return 0;
+    if (x.failed) return al_err_prefix(err, "%s:%d", path, line);
+    return al_errf(err, AL_ECONFIG, "%s:%d: syntax error (expected [section] or key = value)", path,
+                   line);
+}
+
+int al_config_set(al_config *c, const char *section, const char *key, const char *value,
+                  al_err *err) {
+    al_kvlist *open = open_section(c, section);
+    if (open) return kv_set(open, key, value, 0, err);
+    int known;
+    const keydesc *k = find_key(section, key, &known);
+    if (!k)
+        return al_errf(err, AL_ECONFIG, "unknown %s [%s] %s", known ? "key" : "section", section,
+                       key);
+    return set_value(c, k, value, err);
+}
+
+int al_config_set_arg(al_config *c, const char *a, al_err *err) {
+    const char *dot = strchr(a, '.'), *eq = strchr(a, '=');
+    if (!dot || !eq || dot > eq)
+        return al_errf(err, AL_ECONFIG, "--set '%s': expected section.key=value", a);
+    char section[64], key[64];
+    if ((size_t)(dot - a) >= sizeof section || (size_t)(eq - dot - 1) >= sizeof key)
+        return al_errf(err, AL_ECONFIG, "--set '%s': name too long", a);
+    snprintf(section, sizeof section, "%.*s", (int)(dot - a), a);
+    snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+    int rc = al_config_set(c, section, key, eq + 1, err);
+    return rc ? al_err_prefix(err, "--set") : 0;
+}
+
+char *al_config_dump(const al_config *c) {
+    size_t cap = 4096, n = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    out[0] = '\0';
+    for (size_t i = 0; i < NKEYS; i++) {
+        const keydesc *k = &KEYS[i];
+        char line[1200];
+        al_config *cc = (al_config *)c;
+        if (k->type == T_INT)
+            snprintf(line, sizeof line, "%s.%s = %ld\n", k->section, k->key, *ifield(cc, k));
+        else if (k->type == T_DBL)
+            snprintf(line, sizeof line, "%s.%s = %.17g\n", k->section, k->key, *dfield(cc, k));
+        else
+            snprintf(line, sizeof line, "%s.%s = %s\n", k->section, k->key, *sfield(cc, k));
+        size_t l = strlen(line);
+        if (n + l + 1 > cap) {
+            cap = 2 * (n + l + 1);
+            char *nb = realloc(out, cap);
+            if (!nb) {
+                free(out);
+                return NULL;
+            }
+            out = nb;
+        }
+        memcpy(out + n, line, l + 1);
+        n += l;
+    }
+    /* open sections, in the order given */
+    const al_kvlist *lists[] = {
+#define AL_CFG_OPEN_LIST(sec) &c->sec,
+        AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_LIST)
+#undef AL_CFG_OPEN_LIST
+    };
+    const char *names[] = {
+#define AL_CFG_OPEN_NAME(sec) #sec,
+        AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN_NAME)
+#undef AL_CFG_OPEN_NAME
+    };
+    for (size_t s = 0; s < AL_ARRAY_LEN(lists); s++)
+        for (int i = 0; i < lists[s]->n; i++) {
+            char line[1200];
+            snprintf(line, sizeof line, "%s.%s = %s\n", names[s], lists[s]->items[i].key,
+                     lists[s]->items[i].value);
+            size_t l = strlen(line);
+            if (n + l + 1 > cap) {
+                cap = 2 * (n + l + 1);
+                char *nb = realloc(out, cap);
+                if (!nb) {
+                    free(out);
+                    return NULL;
+                }
+                out = nb;
+            }
+            memcpy(out + n, line, l + 1);
+            n += l;
+        }
+    return out;
+}
+
+void al_config_hash(const al_config *c, char hex[65]) {
+    char *d = al_config_dump(c);
+    al_sha256_hex(d ? d : "", d ? strlen(d) : 0, hex);
+    free(d);
+}
+
+/* Keys every site of a run must share: the model, the training recipe, the
+ * outer optimizer and the policy (not paths, ports, threads or deadlines). */
+static int run_key(const char *line) {
+    static const char *const prefixes[] = {"model.",
+                                           "data.packing ",
+                                           "inner.batch ",
+                                           "inner.seq ",
+                                           "inner.accum ",
+                                           "inner.steps ",
+                                           "inner.lr ",
+                                           "inner.warmup ",
+                                           "inner.min_lr_frac ",
+                                           "inner.weight_decay ",
+                                           "inner.beta1 ",
+                                           "inner.beta2 ",
+                                           "inner.eps ",
+                                           "inner.grad_clip ",
+                                           "inner.seed ",
+                                           "outer.",
+                                           "policy.",
+                                           "round.min_sites "};
+    for (size_t i = 0; i < AL_ARRAY_LEN(prefixes); i++)
+        if (!strncmp(line, prefixes[i], strlen(prefixes[i]))) return 1;
+    return 0;
+}
+
+void al_config_run_hash(const al_config *c, char hex[65]) {
+    char *d = al_config_dump(c);
+    if (!d) {
+        al_sha256_hex("", 0, hex);
+        return;
+    }
+    size_t w = 0;
+    for (char *line = d; *line;) {
+        char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) + 1 : strlen(line);
+        if (run_key(line)) {
+            memmove(d + w, line, len);
+            w += len;
+        }
+        line += len;
+    }
+    al_sha256_hex(d, w, hex);
+    free(d);
+}
+
+void al_config_print_help(FILE *f) {
+    const char *last = "";
+    for (size_t i = 0; i < NKEYS; i++) {
+        const keydesc *k = &KEYS[i];
+        if (strcmp(last, k->section) != 0) fprintf(f, "\n[%s]\n", last = k->section);
+        char def[128];
+        if (k->type == T_INT)
+            snprintf(def, sizeof def, "%ld", k->idef);
+        else if (k->type == T_DBL)
+            snprintf(def, sizeof def, "%g", k->ddef);
+        else
+            snprintf(def, sizeof def, "%s", k->sdef);
+        fprintf(f, "  %-14s %-26s %s%s%s\n", k->key, def, k->help, k->choices ? "; one of " : "",
+                k->choices ? k->choices : "");
+    }
+}
+
+int al_config_train_opts(const al_config *c, al_train_opts *o, al_err *err) {
+    al_train_opts_default(o);
+    o->batch = (int)c->inner_batch;
+    o->seq = (int)c->inner_seq;
+    o->accum = (int)c->inner_accum;
+    o->steps = c->inner_steps;
+    o->warmup = c->inner_warmup;
+    o->lr = c->inner_lr;
+    o->min_lr_frac = c->inner_min_lr_frac;
+    o->weight_decay = c->inner_weight_decay;
+    o->beta1 = c->inner_beta1;
+    o->beta2 = c->inner_beta2;
+    o->eps = c->inner_eps;
+    o->grad_clip = c->inner_grad_clip;
+    o->seed = (uint64_t)c->inner_seed;
+    int rc = al_packing_parse(c->data_packing, &o->packing, err);
+    return rc ? al_err_prefix(err, "[data] packing") : 0;
+}
