@@ -1,6 +1,11 @@
 /* agent.c -- one site of a multi-site run: set-up, the inner interval, the
  * commit of each round, checkpoints and metrics (see al_agent.h). */
-#include "agent_impl.h"
+#include "agent_ckpt.h"
+#include "agent_hb.h"
+#include "agent_net.h"
+#include "agent_round.h"
+#include "agent_stream.h"
+#include "agent_train.h"
 #include "al_store.h"
 
 #include <jansson.h>

@@ -2,7 +2,8 @@
  * outer state (outer.bin) and the agent's (agent.json: round, step, H, the
  * policy, the interval in progress, the counters), and their loading on
  * --resume. */
-#include "agent_impl.h"
+#include "agent_ckpt.h"
+#include "agent_stream.h"
 #include "al_store.h"
 
 #include <jansson.h>

@@ -1,4 +1,4 @@
-/* agent_hb.c -- heartbeats, failure detection and membership events.
+/* agent_hb.c -- heartbeats and failure detection.
  *
  * A thread of its own pings every peer each [round] heartbeat_s (and at once
  * when the driver has news: a vote, new statistics), on a client per peer that
@@ -12,7 +12,9 @@
  * wakes the driver, whose exchange stops waiting for it at once instead of at
  * [round] deadline_s. Heartbeats and statistics are control traffic, in no
  * byte count (al_transport.h). */
-#include "agent_impl.h"
+#include "agent_hb.h"
+#include "agent_events.h"
+#include "agent_net.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -178,24 +180,4 @@ void ag_hb_stop(agent *a) {
             al_client_free(a->hb_cli[i]);
             a->hb_cli[i] = NULL;
         }
-}
-
-/* ---- membership events ---------------------------------------------------------------- */
-
-void ag_event_line(agent *a, const char *line) {
-    if (!a->events || !line) return;
-    pthread_mutex_lock(&a->ev_mu);
-    fprintf(a->events, "%s\n", line);
-    fflush(a->events);
-    pthread_mutex_unlock(&a->ev_mu);
-}
-
-void ag_event_at(agent *a, const char *kind, const char *site, long round, long step) {
-    char *line = al_metrics_event(&a->met, kind, site, round, step);
-    ag_event_line(a, line);
-    free(line);
-}
-
-void ag_event(agent *a, const char *kind, const char *site) {
-    ag_event_at(a, kind, site, a->round, a->step);
 }

@@ -1,10 +1,25 @@
-/* agent_impl.h -- the agent's private state, shared by its parts: agent.c
- * (set-up, the run, checkpoints), agent_round.c (the driver: the round
- * protocol's Ready loop, training, commits), agent_net.c (server hooks, the
- * exchange, state pulls), agent_hb.c (heartbeats carrying the round status,
- * membership events). Dependencies run one way: agent.c -> agent_round.c ->
- * agent_net.c, agent_hb.c; the state machine (round.c) knows none of them.
- * Not a public header. */
+/* agent_impl.h -- the agent's private state (struct agent), shared by its
+ * parts, and the small static inline helpers they share. It declares no
+ * function: each part exports its own in agent_X.h beside agent_X.c, and a
+ * part includes the headers of the parts below it only.
+ *
+ * The parts, lowest first (tests/test_layers.py checks the order from the
+ * includes and from the library's symbols): a driver feeding the round
+ * machine and carrying out its actions, over services that never call back
+ * up (they post events: statuses, statistics and shards under a->mu, read by
+ * the driver):
+ *   0  agent_hash.c     θ's hashes in the machine's form, the snapshot's seal
+ *      agent_events.c   the event log and membership events
+ *   1  agent_stream.c   streaming's schedule of fragments
+ *   2  agent_net.c      server hooks, the Δ exchange, state pulls, the handshake
+ *      agent_ckpt.c     checkpoints (the trainer's, outer.bin, agent.json)
+ *      agent_train.c    the interval's training, inline or on its own thread
+ *   3  agent_hb.c       heartbeats and failure detection
+ *   4  agent_machine.c  the driver's side of the round machine
+ *   5  agent_round.c    the driver: the round protocol's Ready loop
+ *   6  agent.c          set-up and the run
+ * The state machine (runtime/round) knows none of them. Not a public
+ * header. */
 #ifndef AL_AGENT_IMPL_H
 #define AL_AGENT_IMPL_H
 
@@ -217,7 +232,7 @@ typedef struct agent {
     ag_snapshot *snap;                     /* the newest published state (NULL before the first) */
     ag_interval iv;                        /* the interval in progress (saved in checkpoints) */
     long iv_h;                             /* the H that interval ran with */
-    /* [outer] overlap = delayed (agent_overlap.c): interval r + 1 trains on a
+    /* [outer] overlap = delayed (agent_train.c): interval r + 1 trains on a
      * thread of its own while the driver exchanges and votes round r. While
      * bg_running the thread owns θ_local, the trainer (or the workers) and
      * bg_iv; the driver touches none of them until ag_bg_join. */
@@ -290,9 +305,6 @@ static inline int ag_hex32(const char *hx, uint8_t out[32]) {
     return 0;
 }
 
-/* agent_hb.c: heartbeats and failure detection. Start after ag_net_start. */
-int ag_hb_start(agent *a, al_err *err);
-void ag_hb_stop(agent *a);
 /* The client settings every channel to peer i shares (who we are, whom we
  * mean, TLS); callers add deadlines, attempts and backoff. */
 static inline al_client_cfg ag_client_cfg(const agent *a, int i) {
@@ -323,145 +335,9 @@ static inline int ag_down(const agent *a, int i) {
     return a->down[i];
 }
 
-/* agent_net.c: the server hooks, the exchange, state pulls */
-int ag_net_start(agent *a, al_err *err);
-void ag_net_stop(agent *a);
-/* Publish the committed state for peers that pull it (copies it). */
-int ag_publish_state(agent *a, al_err *err);
-/* Shake hands with peer i: both must run the same configuration. 0: done;
- * AL_EMISMATCH: it runs another (fatal); else not reachable now. */
-int ag_handshake(agent *a, int i, al_err *err);
-/* Do a peer's statistics fit this site's for the round? Else why. */
-int ag_stats_fit(const al_site_stats *mine, const al_site_stats *theirs, char *why, size_t n);
-/* Send our statistics for (a->round, epoch) to peer i (one try). */
-int ag_push_stats(agent *a, al_client *c, const al_site_stats *mine, long round, uint64_t epoch,
-                  al_err *err);
-/* The Δ exchange of (a->round, epoch) among the M members mem[] (site ids,
- * increasing; `members` as a bit set) with statistics st[]: reduce-scatter,
- * then all-gather; on return a->dbar holds Δ̄. On failure *peer names the
- * member at fault (-1: none known). Sets a->excluded ([outer] max_delta_ratio). */
-int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
-                int M, int *peer, al_err *err);
-/* Pull the committed state (θ_global, outer and policy state) from peer i
- * into a->pulled*; checked against the hash its metadata names. */
-int ag_pull(agent *a, int i, al_err *err);
-/* Our handshake: site, run, round, hashes, members. */
-void ag_hello(agent *a, al_hello *h);
-/* Start accepting round r (moves the receive window, frees old slots). */
-void ag_set_round(agent *a, long r);
-
-/* agent_hb.c: membership events. A membership event ("drop", "join",
- * "rejoin", "down", "up", "no-quorum", "quorum") about `site`: into the
- * metrics (dashboard, /metrics, /api/v1/status) and the event log. */
-void ag_event(agent *a, const char *kind, const char *site);
-/* The same from another thread (the heartbeats'), at a round and step it read under mu. */
-void ag_event_at(agent *a, const char *kind, const char *site, long round, long step);
-/* A round record or other line into the event log (one call: whole lines). */
-void ag_event_line(agent *a, const char *line);
-
-/* agent_machine.c: the agent's side of the round state machine */
-/* θ_global's hash as the machine holds it, and as hex. */
-void ag_hash_of(const al_outer *o, al_round_hash *h);
-/* θ_global's hash: the one kept since θ_global last changed (a commit sets
- * it to the candidate's), or hashed now (fresh, or none kept), with its
- * chunks' digests and checksum. Driver thread only. */
-void ag_outer_hash(agent *a, al_round_hash *h, int fresh);
-/* The same, hashed again if θ_global no longer has the checksum it had when
- * hashed (a memory fault since the commit: the interval's end checks θ_global
- * against the committed base this way, without hashing all of θ each round). */
-void ag_outer_check(agent *a, al_round_hash *h);
-/* a->cand_h, a->cand_dig and a->cand_sum of a->cand, a copy of θ_global
- * changed in [lo, hi) only (all of θ: [0, P)). */
-void ag_cand_hash(agent *a, size_t lo, size_t hi);
-/* The published copy's SHA-256 trailer, written before its first reader
- * (a peer's pull, do_reload, a test's fault); the caller holds a->mu. */
-void ag_snapshot_seal(ag_snapshot *sn);
-void ag_hash_hex(const al_round_hash *h, char hx[65]);
-/* The machine's status as the heartbeats carry it. */
-void ag_status_out(const al_round_status *st, al_peer_status *p);
-/* Feed one event to the machine, stamped now (traced with AL_LOG=debug). */
-void ag_feed(agent *a, al_round_event *ev);
-/* Persist a vote before any status shows it (<checkpoint dir>/vote.json). */
-int ag_vote_save(agent *a, const al_round_vote *v, al_err *err);
-/* Start the machine at a->round from θ_global (and, resumed, the persisted vote). */
-int ag_machine_init(agent *a, al_err *err);
-/* Peer statuses and statistics that arrived since the last look become
- * events; a peer of another run configuration is an error. */
-int ag_feed_inbox(agent *a, al_err *err);
-/* The machine's health line into the dashboard and the event log on change. */
-void ag_report_health(agent *a);
-/* Every alive peer has seen this site's last commit. */
-int ag_peers_caught_up(agent *a);
-
-/* agent_round.c: the driver */
-/* Run rounds until the step budget, a stop signal (*a->stop) or an error;
- * *eval gets the last evaluation (NAN: none). */
-int ag_drive(agent *a, double *eval, al_err *err);
-/* The workers' data source (W > 1), for al_odc_init. */
-int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err);
 /* θ_local: the trainer's parameters (W = 1) or the workers' shared ones. */
-float *ag_theta_local(agent *a);
-
-/* agent_overlap.c: the interval's training, inline or on its own thread */
-/* Train interval `round` until iv has h steps (or the budget ends), advancing
- * *step; the AL_FAULT hooks of that round fire halfway through. */
-int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, al_err *err);
-/* θ_local := θ_global and the trainer's step counters follow a->step. */
-void ag_local_from_global(agent *a);
-/* Start training interval `round` with H h on its own thread, from θ_local
- * (copied into a->from) and a->step. */
-int ag_bg_start(agent *a, long round, long h, al_err *err);
-/* End the thread (after its last interval is joined or discarded). */
-void ag_bg_quit(agent *a);
-/* Wait for it: a->iv, a->iv_h and a->step take its results; its error if any. */
-int ag_bg_join(agent *a, al_err *err);
-/* Stop it after its current step and drop what it trained. keep_start: θ_local
- * goes back to where it started and stays pending (a stop, the end); else
- * nothing is pending (the caller resets θ_local). */
-void ag_bg_discard(agent *a, int keep_start);
-/* At the end of the run (a stop): an interval of the round to come that is
- * training runs to its end and is kept (bg_trained), so the checkpoint holds
- * it; one of another round is discarded back to its start. If the stop came
- * before this round committed (the next interval's start is an eager guess
- * from its Δ), the round's own interval is kept instead, trained and not yet
- * merged: a resumed run exchanges it again. */
-int ag_bg_settle(agent *a, al_err *err);
-/* Is the thread's interval over (it may still need joining), or (streaming) parked until a
- * commit lets it merge? *t_end: since when. */
-int ag_bg_finished(agent *a, double *t_end);
-/* AL_FAULT=corrupt:R: flip a bit of θ_global and of its published copy. */
-void ag_corrupt(agent *a);
-
-/* agent_stream.c: [outer] overlap = streaming */
-int ag_stream_init(agent *a, al_err *err);
-void ag_stream_free(agent *a);
-/* Fragment [lo, hi) that protocol round `round` exchanges (all of θ unless streaming). */
-void ag_frag(const agent *a, long round, size_t *lo, size_t *hi);
-/* The inner steps of round `round`'s span (its outer round's H cut in F). */
-long ag_span_len(const agent *a, long round);
-/* Train round `round`'s span (the thread's or inline), merging the pending fragment on the way. */
-int ag_span_run(agent *a, long round, ag_interval *iv, long *step, al_err *err);
-/* After the span: Δ_p, S_p and this site's statistics (cumulative over the
- * outer round) into a->mine's fields; θ_local's fragment p becomes the eager guess. */
-int ag_stream_delta(agent *a, al_site_stats *mine, al_err *err);
-/* The next span's merge: fragment p of this round after τ steps. */
-void ag_stream_next(agent *a);
-/* The candidate: the policy decides at the last fragment; fragment p steps. */
-int ag_stream_propose(agent *a, al_outer *cand, const al_site_stats *in_mean, int n_in,
-                      al_commit_decision *d, al_err *err);
-/* Round a->round committed (before a->round advances): the schedule moves on, and
- * the thread may merge. h_next: the H decided (applies from the next outer round). */
-void ag_stream_commit(agent *a, double comm_s);
-/* Does round k's commit end the run (the budget spent and every fragment's
- * progress in θ_global)? Asked before it commits. */
-int ag_stream_ends(const agent *a, long k);
-/* The committed schedule as JSON (checkpoints, snapshots), and back (apply 0:
- * only check it; nothing is written before all of it is checked). */
-json_t *ag_stream_json(const agent *a);
-int ag_stream_load(agent *a, json_t *j, const char *what, int apply, al_err *err);
-
-/* agent_ckpt.c: checkpoints (the trainer's, plus outer.bin and agent.json) */
-int ag_save(agent *a, al_err *err);
-int ag_load(agent *a, const char *path, al_err *err);
+static inline float *ag_theta_local(agent *a) {
+    return a->workers == 1 ? a->tr.model.params : a->odc.params;
+}
 
 #endif

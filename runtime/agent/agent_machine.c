@@ -4,7 +4,10 @@
  * to <checkpoint dir>/vote.json, the machine's start, and the inbox of peer
  * statuses and statistics that become events. agent_round.c drives the
  * machine and carries out its actions. */
-#include "agent_impl.h"
+#include "agent_machine.h"
+#include "agent_events.h"
+#include "agent_hash.h"
+#include "agent_net.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -12,43 +15,6 @@
 #include <string.h>
 
 /* ---- hashes and statuses -------------------------------------------------------------- */
-
-void ag_hash_of(const al_outer *o, al_round_hash *h) {
-    char hx[65];
-    al_outer_hash(o, hx);
-    ag_hex32(hx, h->b);
-}
-
-void ag_outer_hash(agent *a, al_round_hash *h, int fresh) {
-    if (fresh || !a->outer_h_ok) {
-        char hx[65];
-        al_theta_hash_part(a->outer.theta, a->P, a->outer_dig, 0, a->P, hx);
-        ag_hex32(hx, a->outer_h.b);
-        a->outer_sum = al_theta_checksum(a->outer.theta, a->P);
-        a->outer_h_ok = 1;
-    }
-    *h = a->outer_h;
-}
-
-void ag_outer_check(agent *a, al_round_hash *h) {
-    ag_outer_hash(a, h, al_theta_checksum(a->outer.theta, a->P) != a->outer_sum);
-}
-
-void ag_cand_hash(agent *a, size_t lo, size_t hi) {
-    char hx[65];
-    if (a->outer_h_ok) { /* the chunks [lo, hi) touched */
-        memcpy(a->cand_dig, a->outer_dig, 32 * al_theta_chunks(a->P));
-        al_theta_hash_part(a->cand.theta, a->P, a->cand_dig, lo, hi, hx);
-    } else {
-        al_theta_hash_part(a->cand.theta, a->P, a->cand_dig, 0, a->P, hx);
-    }
-    ag_hex32(hx, a->cand_h.b);
-    a->cand_sum = al_theta_checksum(a->cand.theta, a->P);
-}
-
-void ag_hash_hex(const al_round_hash *h, char hx[65]) {
-    al_hex(h->b, sizeof h->b, hx);
-}
 
 static void status_in(const al_peer_status *p, al_round_status *st) {
     memset(st, 0, sizeof *st);

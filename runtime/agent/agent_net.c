@@ -3,7 +3,9 @@
  * (reduce-scatter, all-gather), state pulls and the configuration handshake.
  * It carries out what the driver (agent_round.c) asks and decides nothing
  * about membership: that is the round protocol's (al_round.h). */
-#include "agent_impl.h"
+#include "agent_net.h"
+#include "agent_hash.h"
+#include "agent_stream.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -163,11 +165,6 @@ static void snapshot_free(ag_snapshot *sn) {
     free(sn->outer);
     free(sn->meta);
     free(sn);
-}
-
-void ag_snapshot_seal(ag_snapshot *sn) {
-    if (sn && !sn->sealed) al_outer_seal(sn->outer, sn->outer_len);
-    if (sn) sn->sealed = 1;
 }
 
 static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
@@ -348,9 +345,25 @@ void ag_set_round(agent *a, long r) {
     al_server_set_round(a->srv, (uint64_t)r, 0);
 }
 
+/* Our handshake: site, run, round, hashes, members. */
+static void hello(agent *a, al_hello *h) {
+    memset(h, 0, sizeof *h);
+    snprintf(h->site, sizeof h->site, "%s", a->name[a->self]);
+    snprintf(h->run_id, sizeof h->run_id, "%s", a->cfg->site_run_id);
+    h->round = (uint64_t)a->round;
+    ag_hex32(a->run_hash, h->config_hash);
+    al_round_hash oh;
+    ag_outer_hash(a, &oh, 0);
+    memcpy(h->theta_hash, oh.b, 32);
+    h->next_interval = (uint32_t)a->h;
+    for (int i = 0; i < a->nsites && h->n_members < 16; i++)
+        if (a->live[i])
+            snprintf(h->members[h->n_members++], sizeof h->members[0], "%s", a->name[i]);
+}
+
 int ag_publish_state(agent *a, al_err *err) {
     al_hello mine;
-    ag_hello(a, &mine);
+    hello(a, &mine);
     al_server_set_hello(a->srv, &mine);
     uint8_t *ob;
     size_t ol;
@@ -394,26 +407,11 @@ int ag_publish_state(agent *a, al_err *err) {
     return 0;
 }
 
-void ag_hello(agent *a, al_hello *h) {
-    memset(h, 0, sizeof *h);
-    snprintf(h->site, sizeof h->site, "%s", a->name[a->self]);
-    snprintf(h->run_id, sizeof h->run_id, "%s", a->cfg->site_run_id);
-    h->round = (uint64_t)a->round;
-    ag_hex32(a->run_hash, h->config_hash);
-    al_round_hash oh;
-    ag_outer_hash(a, &oh, 0);
-    memcpy(h->theta_hash, oh.b, 32);
-    h->next_interval = (uint32_t)a->h;
-    for (int i = 0; i < a->nsites && h->n_members < 16; i++)
-        if (a->live[i])
-            snprintf(h->members[h->n_members++], sizeof h->members[0], "%s", a->name[i]);
-}
-
 /* ---- the configuration handshake ---------------------------------------------------- */
 
 int ag_handshake(agent *a, int i, al_err *err) {
     al_hello mine, theirs;
-    ag_hello(a, &mine);
+    hello(a, &mine);
     int rc = al_client_hello(a->cli[i], &mine, &theirs, err);
     if (rc) {
         int st = al_client_last_status(a->cli[i]);

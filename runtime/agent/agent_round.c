@@ -20,7 +20,14 @@
  * state when it hears of it. The vote of each (round, epoch) is persisted to
  * <checkpoint dir>/vote.json before any status shows it, and read back on
  * --resume. See docs/ARCHITECTURE.md, "The round protocol". */
-#include "agent_impl.h"
+#include "agent_round.h"
+#include "agent_ckpt.h"
+#include "agent_events.h"
+#include "agent_hash.h"
+#include "agent_machine.h"
+#include "agent_net.h"
+#include "agent_stream.h"
+#include "agent_train.h"
 
 #include <math.h>
 #include <signal.h>
@@ -28,18 +35,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- the inner interval ------------------------------------------------------------ */
-
-int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err) {
-    (void)step;
-    (void)err;
-    agent *a = ctx;
-    al_workload_next(&a->wl, a->pieces, a->npieces);
-    *pieces = a->pieces;
-    *n = a->npieces;
-    return 0;
-}
 
 /* ---- the outer state beside θ_global ---------------------------------------------------- */
 

@@ -21,8 +21,12 @@
  * do not depend on H, and the span's length is read after the merge. When
  * the budget is spent, every fragment not yet synchronised at the last step
  * is exchanged once more, in spans of no steps (blocking), and the run ends
- * on θ_global. */
-#include "agent_impl.h"
+ * on θ_global.
+ *
+ * This file keeps the schedule and the arithmetic on the driver's side; the
+ * span's training and its merge are agent_train.c's (ag_span_run), which
+ * reads the schedule from here. */
+#include "agent_stream.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -80,56 +84,6 @@ static long span_of(long hr, long p, long F) {
 
 long ag_span_len(const agent *a, long round) {
     return span_of(round_h(a), round % a->sm.F, a->sm.F);
-}
-
-/* (pend_p stays set until the span is kept: ag_bg_join or do_train clears it,
- * and a span dropped back to its start merges again when it trains again) */
-int ag_span_run(agent *a, long round, ag_interval *iv, long *step, al_err *err) {
-    ag_stream *sm = &a->sm;
-    int rc;
-    if (sm->pend_p >= 0 && sm->pend_round < round) {
-        /* the first τ steps beside the exchange of fragment pend_p */
-        if ((rc = ag_interval_run(a, round, sm->pend_cut, iv, step, err))) return rc;
-        pthread_mutex_lock(&a->mu);
-        if (sm->merged_round < sm->pend_round && !a->bg_cancel) {
-            /* parked: what the driver waits for from here on is not hidden, and a
-             * stop need not wait for a commit that may never come (ag_bg_finished) */
-            a->bg_parked = 1;
-            a->bg_t_end = al_now();
-            al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f span %ld waits for round %ld",
-                    a->name[a->self], a->bg_t_end - a->t0, round, sm->pend_round);
-            pthread_cond_broadcast(&a->cv);
-            while (sm->merged_round < sm->pend_round && !a->bg_cancel)
-                pthread_cond_wait(&a->cv, &a->mu);
-            a->bg_parked = 0;
-            al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f span %ld waited for round %ld",
-                    a->name[a->self], al_now() - a->t0, round, sm->pend_round);
-        }
-        pthread_mutex_unlock(&a->mu);
-        if (a->bg_cancel) return 0;
-        size_t lo, hi;
-        al_shard_range(a->P, sm->F, sm->pend_p, &lo, &hi);
-        float *th = ag_theta_local(a);
-        double sq;
-        al_err why = {0};
-        if (a->fault_nanmerge == sm->pend_round) { /* test hook, see agent_impl.h */
-            a->from[lo] = NAN;
-            a->fault_nanmerge = -1;
-        }
-        /* (a->blend: scratch; a->delta belongs to the driver's next exchange) */
-        if (al_commit_merge(th + lo, a->from + lo, a->outer.theta + lo, hi - lo, a->blend + lo, &sq,
-                            &why)) {
-            memcpy(th, a->outer.theta, a->P * sizeof(float));
-            al_logf(&a->log, AL_LOG_WARN,
-                    "site %s: round %ld: merging fragment %d: %s; theta_local reset to "
-                    "theta_global",
-                    a->name[a->self], round, sm->pend_p, why.msg);
-        }
-    }
-    pthread_mutex_lock(&a->mu); /* the H of this span's outer round is known now */
-    long len = ag_span_len(a, round);
-    pthread_mutex_unlock(&a->mu);
-    return ag_interval_run(a, round, AL_MAX(len, iv->steps), iv, step, err);
 }
 
 int ag_stream_delta(agent *a, al_site_stats *mine, al_err *err) {

@@ -1,7 +1,9 @@
-/* agent_overlap.c -- a site's interval of inner training, run inline
+/* agent_train.c -- a site's interval of inner training, run inline
  * (blocking rounds, DiLoCo) or on a thread of its own beside the round's
  * exchange ([outer] overlap = delayed: docs/outer.md, "Overlapping the
- * exchange with compute").
+ * exchange with compute"); with streaming, a span and the merge of the
+ * pending fragment it makes on the way (the schedule is agent_stream.c's);
+ * the workers' data source (W > 1).
  *
  * With overlap the driver (agent_round.c) starts interval r + 1 right after
  * interval r ends, from the eager estimate of θ_{r+1} (al_commit_eager), and
@@ -9,7 +11,9 @@
  * shared: from ag_bg_start to ag_bg_join the thread alone touches θ_local,
  * the trainer (or the workers and their data source) and bg_iv; the driver
  * keeps θ_global, the outer state and the round. */
-#include "agent_impl.h"
+#include "agent_train.h"
+#include "agent_hash.h"
+#include "agent_stream.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,8 +36,14 @@ void ag_corrupt(agent *a) {
             a->name[a->self]);
 }
 
-float *ag_theta_local(agent *a) {
-    return a->workers == 1 ? a->tr.model.params : a->odc.params;
+int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err) {
+    (void)step;
+    (void)err;
+    agent *a = ctx;
+    al_workload_next(&a->wl, a->pieces, a->npieces);
+    *pieces = a->pieces;
+    *n = a->npieces;
+    return 0;
 }
 
 void ag_local_from_global(agent *a) {
@@ -96,6 +106,56 @@ int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, a
     *step += n;
     iv->compute_s += al_now() - t0;
     return 0;
+}
+
+/* (pend_p stays set until the span is kept: ag_bg_join or do_train clears it,
+ * and a span dropped back to its start merges again when it trains again) */
+int ag_span_run(agent *a, long round, ag_interval *iv, long *step, al_err *err) {
+    ag_stream *sm = &a->sm;
+    int rc;
+    if (sm->pend_p >= 0 && sm->pend_round < round) {
+        /* the first τ steps beside the exchange of fragment pend_p */
+        if ((rc = ag_interval_run(a, round, sm->pend_cut, iv, step, err))) return rc;
+        pthread_mutex_lock(&a->mu);
+        if (sm->merged_round < sm->pend_round && !a->bg_cancel) {
+            /* parked: what the driver waits for from here on is not hidden, and a
+             * stop need not wait for a commit that may never come (ag_bg_finished) */
+            a->bg_parked = 1;
+            a->bg_t_end = al_now();
+            al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f span %ld waits for round %ld",
+                    a->name[a->self], a->bg_t_end - a->t0, round, sm->pend_round);
+            pthread_cond_broadcast(&a->cv);
+            while (sm->merged_round < sm->pend_round && !a->bg_cancel)
+                pthread_cond_wait(&a->cv, &a->mu);
+            a->bg_parked = 0;
+            al_logf(&a->log, AL_LOG_DEBUG, "site %s: t=%.3f span %ld waited for round %ld",
+                    a->name[a->self], al_now() - a->t0, round, sm->pend_round);
+        }
+        pthread_mutex_unlock(&a->mu);
+        if (a->bg_cancel) return 0;
+        size_t lo, hi;
+        al_shard_range(a->P, sm->F, sm->pend_p, &lo, &hi);
+        float *th = ag_theta_local(a);
+        double sq;
+        al_err why = {0};
+        if (a->fault_nanmerge == sm->pend_round) { /* test hook, see agent_impl.h */
+            a->from[lo] = NAN;
+            a->fault_nanmerge = -1;
+        }
+        /* (a->blend: scratch; a->delta belongs to the driver's next exchange) */
+        if (al_commit_merge(th + lo, a->from + lo, a->outer.theta + lo, hi - lo, a->blend + lo, &sq,
+                            &why)) {
+            memcpy(th, a->outer.theta, a->P * sizeof(float));
+            al_logf(&a->log, AL_LOG_WARN,
+                    "site %s: round %ld: merging fragment %d: %s; theta_local reset to "
+                    "theta_global",
+                    a->name[a->self], round, sm->pend_p, why.msg);
+        }
+    }
+    pthread_mutex_lock(&a->mu); /* the H of this span's outer round is known now */
+    long len = ag_span_len(a, round);
+    pthread_mutex_unlock(&a->mu);
+    return ag_interval_run(a, round, AL_MAX(len, iv->steps), iv, step, err);
 }
 
 /* ---- the interval on its own thread ---------------------------------------------------- */

@@ -1,0 +1,17 @@
+/* agent_events.h -- the event log and membership events (agent_events.c;
+ * rank 0: it calls no other part). */
+#ifndef AL_AGENT_EVENTS_H
+#define AL_AGENT_EVENTS_H
+
+#include "agent_impl.h"
+
+/* A membership event ("drop", "join", "rejoin", "down", "up", "no-quorum",
+ * "quorum") about `site`: into the metrics (dashboard, /metrics,
+ * /api/v1/status) and the event log. */
+void ag_event(agent *a, const char *kind, const char *site);
+/* The same from another thread (the heartbeats'), at a round and step it read under mu. */
+void ag_event_at(agent *a, const char *kind, const char *site, long round, long step);
+/* A round record or other line into the event log (one call: whole lines). */
+void ag_event_line(agent *a, const char *line);
+
+#endif
