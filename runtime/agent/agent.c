@@ -125,14 +125,9 @@ int al_agent_check_config(const al_config *c, al_err *err) {
 
 /* ---- set-up and the loop ------------------------------------------------------------- */
 
-static int setup(agent *a, const al_config *c, al_err *err) {
-    /* AL_LOG=debug: the round machine's trace too (agent_round.c feed()) */
-    const char *lv = getenv("AL_LOG");
-    al_log_init(&a->log, lv && !strcmp(lv, "debug") ? AL_LOG_DEBUG : AL_LOG_INFO, stderr);
-    a->t0 = al_now();
-    a->cfg = c;
+/* AL_FAULT (tests): the fault this site injects, if any (agent_impl.h). */
+static void parse_faults(agent *a) {
     a->fault_interval = a->fault_stats = a->fault_badstats = a->fault_badtokens = -1;
-    a->stop = &g_agent_stop;
     const char *fault = getenv("AL_FAULT");
     if (fault && !strncmp(fault, "interval:", 9)) a->fault_interval = atol(fault + 9);
     if (fault && !strncmp(fault, "stats:", 6)) a->fault_stats = atol(fault + 6);
@@ -146,22 +141,39 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (fault && !strncmp(fault, "nanmerge:", 9)) a->fault_nanmerge = atol(fault + 9);
     if (fault && !strncmp(fault, "corrupt:", 8)) a->fault_corrupt = atol(fault + 8);
     if (fault && !strncmp(fault, "freeze:", 7)) a->fault_freeze = atol(fault + 7);
-    pthread_mutex_init(&a->mu, NULL);
-    pthread_mutex_init(&a->ev_mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
-    al_config_hash(c, a->hash);
-    al_config_run_hash(c, a->run_hash);
-    int rc = al_agent_check_config(c, err);
-    if (rc == 0) rc = load_sites(a, c, err);
-    if (rc == 0) rc = al_quorum_parse(c->round_quorum, &a->quorum, err);
-    if (rc == 0) rc = make_policy(a, c, err);
-    al_codec_cfg codec = {.block = 128}; /* values per absmax scale for int8/int4 */
-    if (rc == 0) rc = al_codec_parse(c->outer_codec, &codec, err);
-    if (rc == 0) rc = al_commit_codec_init(&a->cc, &codec, err);
-    if (rc == 0) rc = al_model_preset(&a->mc, c->model_preset, err);
+}
+
+/* W > 1: the ODC engine over the workers (forked later, start_workers), fed by
+ * a->wl through ag_src_next. */
+static int setup_workers(agent *a, const al_config *c, int threads, uint64_t data_seed,
+                         al_err *err) {
+    al_odc_opts eo;
+    memset(&eo, 0, sizeof eo);
+    int rc = al_mode_parse(c->inner_mode, &eo.mode, err);
     if (rc) return rc;
-    a->h_base = policy_h_base(a->pol);
-    /* local training, as `autoloco train` configures it */
+    eo.workers = a->workers;
+    eo.threads = threads;
+    int seq = a->o.seq > 0 ? a->o.seq : a->mc.T;
+    eo.bal.budget = seq;
+    eo.bal.method = eo.mode == AL_MODE_ODC ? AL_BAL_LPT : AL_BAL_MICRO;
+    eo.train = a->o;
+    eo.device = c->inner_device;
+    eo.site = a->name[a->self];
+    eo.barrier_timeout_s = 60;
+    eo.record_steps = 8 * 1024;
+    a->npieces = a->o.batch * a->o.accum;
+    a->pieces = malloc((size_t)a->npieces * sizeof(al_piece));
+    if (!a->pieces) return al_errf(err, AL_ENOMEM, "agent: out of memory");
+    rc = al_workload_init(&a->wl, a->o.packing == AL_PACK_STREAM ? AL_WL_FIXED : AL_WL_DOCS,
+                          &a->train, seq, data_seed, 0, 0, err);
+    if (rc == 0) rc = al_odc_init(&a->odc, &a->mc, &eo, &a->train, ag_src_next, a, err);
+    return rc;
+}
+
+/* Local training, as `autoloco train` configures it: the trainer (W = 1, or
+ * the carrier of the workers' parameters) and its data. */
+static int setup_training(agent *a, const al_config *c, al_err *err) {
+    int rc;
     if ((rc = al_config_train_opts(c, &a->o, err))) return rc;
     a->workers = (int)c->inner_workers;
     if (!strcmp(c->inner_device, "cuda") && a->workers == 1)
@@ -182,29 +194,13 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     uint64_t data_seed = al_site_data_seed(a->o.seed, a->self);
     al_loader_free(&a->tr.train);
     if ((rc = al_loader_init(&a->tr.train, &a->train, a->o.packing, 1, data_seed, err))) return rc;
-    if (a->workers > 1) {
-        al_odc_opts eo;
-        memset(&eo, 0, sizeof eo);
-        if ((rc = al_mode_parse(c->inner_mode, &eo.mode, err))) return rc;
-        eo.workers = a->workers;
-        eo.threads = threads;
-        int seq = a->o.seq > 0 ? a->o.seq : a->mc.T;
-        eo.bal.budget = seq;
-        eo.bal.method = eo.mode == AL_MODE_ODC ? AL_BAL_LPT : AL_BAL_MICRO;
-        eo.train = a->o;
-        eo.device = c->inner_device;
-        eo.site = a->name[a->self];
-        eo.barrier_timeout_s = 60;
-        eo.record_steps = 8 * 1024;
-        a->npieces = a->o.batch * a->o.accum;
-        a->pieces = malloc((size_t)a->npieces * sizeof(al_piece));
-        if (!a->pieces) return al_errf(err, AL_ENOMEM, "agent: out of memory");
-        rc = al_workload_init(&a->wl, a->o.packing == AL_PACK_STREAM ? AL_WL_FIXED : AL_WL_DOCS,
-                              &a->train, seq, data_seed, 0, 0, err);
-        if (rc == 0) rc = al_odc_init(&a->odc, &a->mc, &eo, &a->train, ag_src_next, a, err);
-        if (rc) return rc;
-    }
-    /* the outer loop starts from the same initial weights on every site */
+    if (a->workers > 1) return setup_workers(a, c, threads, data_seed, err);
+    return 0;
+}
+
+/* The outer loop (it starts from the same initial weights on every site), the
+ * buffers of the exchange and of [outer] overlap. */
+static int setup_outer(agent *a, const al_config *c, al_err *err) {
     al_outer_cfg oc;
     al_outer_cfg_default(&oc);
     oc.lr = c->outer_lr;
@@ -216,6 +212,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
      * the evidence for steps. */
     a->progress_lr = !strcmp(c->outer_progress, "lr");
     oc.s_ref = a->progress_lr ? a->h_base * c->inner_lr : a->h_base;
+    int rc;
     if ((rc = al_outer_init(&a->outer, &oc, ag_theta_local(a), a->P, err))) return rc;
     a->outer_h_ok = 0;
     a->outer_dig = malloc(32 * al_theta_chunks(a->P));
@@ -240,6 +237,33 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if ((a->overlap == AL_OVERLAP_DELAYED_MID || a->overlap == AL_OVERLAP_STREAMING) &&
         !(a->blend = malloc(a->P * sizeof(float))))
         return al_errf(err, AL_ENOMEM, "agent: out of memory");
+    return 0;
+}
+
+static int setup(agent *a, const al_config *c, al_err *err) {
+    /* AL_LOG=debug: the round machine's trace too (agent_machine.c ag_feed) */
+    const char *lv = getenv("AL_LOG");
+    al_log_init(&a->log, lv && !strcmp(lv, "debug") ? AL_LOG_DEBUG : AL_LOG_INFO, stderr);
+    a->t0 = al_now();
+    a->cfg = c;
+    a->stop = &g_agent_stop;
+    parse_faults(a);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_mutex_init(&a->ev_mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    al_config_hash(c, a->hash);
+    al_config_run_hash(c, a->run_hash);
+    int rc = al_agent_check_config(c, err);
+    if (rc == 0) rc = load_sites(a, c, err);
+    if (rc == 0) rc = al_quorum_parse(c->round_quorum, &a->quorum, err);
+    if (rc == 0) rc = make_policy(a, c, err);
+    al_codec_cfg codec = {.block = 128}; /* values per absmax scale for int8/int4 */
+    if (rc == 0) rc = al_codec_parse(c->outer_codec, &codec, err);
+    if (rc == 0) rc = al_commit_codec_init(&a->cc, &codec, err);
+    if (rc == 0) rc = al_model_preset(&a->mc, c->model_preset, err);
+    if (rc) return rc;
+    a->h_base = policy_h_base(a->pol);
+    if ((rc = setup_training(a, c, err)) || (rc = setup_outer(a, c, err))) return rc;
     return al_metrics_init(&a->met, c->site_name, err);
 }
 

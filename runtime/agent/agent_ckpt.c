@@ -144,45 +144,29 @@ int ag_save(agent *a, al_err *err) {
     return rc;
 }
 
-int ag_load(agent *a, const char *path, al_err *err) {
-    char dir[4096], f[4200];
-    al_loader_state pos;
-    int rc = al_ckpt_find(path, &a->log, dir, sizeof dir, err);
-    if (rc == 0) rc = al_ckpt_load_ex(dir, &a->tr, a->hash, &a->log, a->workers, &pos, err);
-    /* W > 1: the workers' source continues where it stood (the workers are
-     * forked after this, with it) */
-    if (rc == 0 && a->workers > 1 && (rc = al_workload_seek(&a->wl, &pos, err)))
-        al_err_prefix(err, "%s", dir);
-    if (rc) return rc;
-    snprintf(f, sizeof f, "%s/outer.bin", dir);
-    a->outer_h_ok = 0;
-    if ((rc = al_outer_load(&a->outer, f, &a->outer.cfg, err))) return rc;
-    snprintf(f, sizeof f, "%s/agent.json", dir);
-    json_error_t je;
-    json_t *m = json_load_file(f, 0, &je);
+/* agent.json's core: the site, round, step, H, policy, history, members, the
+ * interval in progress and the counters. *round: the round as saved. On an
+ * error past the site's check, what was read is kept (the caller fails). */
+static int state_load(agent *a, json_t *m, const char *f, const char *dir, json_int_t *round,
+                      al_err *err) {
     const char *pol = NULL, *site = NULL;
     json_t *hist = NULL, *live = NULL;
-    json_int_t round = 0, step = 0, h = 0, ivs = 0, ivt = 0;
+    json_int_t step = 0, h = 0, ivs = 0, ivt = 0;
     double raw = 0;
     if (!m || json_unpack(m,
                           "{s:s, s:I, s:I, s:I, s:s, s:o, s:o, s:F, s:{s:I, s:F, s:F, s:F, s:F, "
                           "s:F, s:I, s:F}}",
-                          "site", &site, "round", &round, "step", &step, "h", &h, "policy", &pol,
+                          "site", &site, "round", round, "step", &step, "h", &h, "policy", &pol,
                           "h_history", &hist, "members", &live, "bytes_raw", &raw, "interval",
                           "steps", &ivs, "loss_sum", &a->iv.loss_sum, "gnorm_sum", &a->iv.gnorm_sum,
                           "lr_sum", &a->iv.lr_sum, "lr_sq_sum", &a->iv.lr_sq_sum, "lr_last",
-                          &a->iv.lr_last, "tokens", &ivt, "compute_s", &a->iv.compute_s) != 0) {
-        json_decref(m);
+                          &a->iv.lr_last, "tokens", &ivt, "compute_s", &a->iv.compute_s) != 0)
         return al_errf(err, AL_EFORMAT, "%s: malformed agent state", f);
-    }
-    if (strcmp(site, a->name[a->self]) != 0) {
-        rc = al_errf(err, AL_EMISMATCH, "%s: checkpoint of site '%s', this is '%s'", dir, site,
-                     a->name[a->self]);
-        json_decref(m);
-        return rc;
-    }
-    rc = al_policy_load(a->pol, pol, err);
-    a->round = (long)round;
+    if (strcmp(site, a->name[a->self]) != 0)
+        return al_errf(err, AL_EMISMATCH, "%s: checkpoint of site '%s', this is '%s'", dir, site,
+                       a->name[a->self]);
+    int rc = al_policy_load(a->pol, pol, err);
+    a->round = (long)*round;
     a->step = (long)step;
     a->h = (long)h;
     a->bytes_raw = raw;
@@ -199,12 +183,36 @@ int ag_load(agent *a, const char *path, al_err *err) {
             if (json_is_string(v) && !strcmp(a->name[k], json_string_value(v))) a->live[k] = 1;
     }
     if (rc == 0) rc = counters_load(a, m, f, err);
+    return rc;
+}
+
+/* interval_start.bin: the start of an interval trained before a stop (the
+ * manifest checked it) into a->from. */
+static int interval_start_load(agent *a, const char *dir, al_err *err) {
+    char g[4300], *buf = NULL;
+    size_t n = 0;
+    snprintf(g, sizeof g, "%s/interval_start.bin", dir);
+    int rc = al_read_file(g, &buf, &n, err);
+    if (rc == 0 && n != a->P * sizeof(float))
+        rc = al_errf(err, AL_EFORMAT, "%s: %zu bytes, not %zu floats", g, n, a->P);
+    if (rc == 0) {
+        memcpy(a->from, buf, n);
+        a->bg_trained = 1;
+    }
+    free(buf);
+    return rc;
+}
+
+/* agent.json's overlap: the next interval's start (overlap_interval) and
+ * streaming's schedule (stream), checked against this configuration. */
+static int overlap_load(agent *a, json_t *m, const char *f, const char *dir, json_int_t round,
+                        al_err *err) {
+    int rc = 0;
     json_t *pi = json_object_get(m, "overlap_interval");
     json_int_t pr = 0, ph = 0;
     const char *state = "";
-    if (rc == 0 && pi &&
-        (json_unpack(pi, "{s:I, s:I, s:s}", "round", &pr, "h", &ph, "state", &state) != 0 ||
-         pr != round || ph < 1 || (strcmp(state, "pending") && strcmp(state, "trained"))))
+    if (pi && (json_unpack(pi, "{s:I, s:I, s:s}", "round", &pr, "h", &ph, "state", &state) != 0 ||
+               pr != round || ph < 1 || (strcmp(state, "pending") && strcmp(state, "trained"))))
         rc = al_errf(err, AL_EFORMAT,
                      "%s: overlap_interval: expected {\"round\": %lld, \"h\": H >= 1, "
                      "\"state\": \"pending\" or \"trained\"}",
@@ -224,22 +232,33 @@ int ag_load(agent *a, const char *path, al_err *err) {
     if (rc == 0 && pi) {
         a->bg_round = (long)pr;
         a->bg_h = (long)ph;
-        if (!strcmp(state, "pending")) {
+        if (!strcmp(state, "pending"))
             a->bg_pending = 1;
-        } else { /* trained: its start beside the checkpoint (the manifest checked it) */
-            char g[4300], *buf = NULL;
-            size_t n = 0;
-            snprintf(g, sizeof g, "%s/interval_start.bin", dir);
-            rc = al_read_file(g, &buf, &n, err);
-            if (rc == 0 && n != a->P * sizeof(float))
-                rc = al_errf(err, AL_EFORMAT, "%s: %zu bytes, not %zu floats", g, n, a->P);
-            if (rc == 0) {
-                memcpy(a->from, buf, n);
-                a->bg_trained = 1;
-            }
-            free(buf);
-        }
+        else /* trained: its start beside the checkpoint */
+            rc = interval_start_load(a, dir, err);
     }
+    return rc;
+}
+
+int ag_load(agent *a, const char *path, al_err *err) {
+    char dir[4096], f[4200];
+    al_loader_state pos;
+    int rc = al_ckpt_find(path, &a->log, dir, sizeof dir, err);
+    if (rc == 0) rc = al_ckpt_load_ex(dir, &a->tr, a->hash, &a->log, a->workers, &pos, err);
+    /* W > 1: the workers' source continues where it stood (the workers are
+     * forked after this, with it) */
+    if (rc == 0 && a->workers > 1 && (rc = al_workload_seek(&a->wl, &pos, err)))
+        al_err_prefix(err, "%s", dir);
+    if (rc) return rc;
+    snprintf(f, sizeof f, "%s/outer.bin", dir);
+    a->outer_h_ok = 0;
+    if ((rc = al_outer_load(&a->outer, f, &a->outer.cfg, err))) return rc;
+    snprintf(f, sizeof f, "%s/agent.json", dir);
+    json_error_t je;
+    json_t *m = json_load_file(f, 0, &je);
+    json_int_t round = 0;
+    rc = state_load(a, m, f, dir, &round, err);
+    if (rc == 0) rc = overlap_load(a, m, f, dir, round, err);
     json_decref(m);
     if (rc == 0 && a->workers > 1) {
         memcpy(a->odc.params, a->tr.model.params, a->P * sizeof(float));

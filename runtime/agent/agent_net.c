@@ -599,108 +599,116 @@ static void robust_filter(agent *a, const int *mem, const al_site_stats *stats, 
         }
 }
 
-int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
-                int M, int *peer, al_err *err) {
-    *peer = -1;
-    int me = 0;
-    while (me < M && mem[me] != a->self) me++;
-    int rc0 = refresh_clients(a, err);
-    if (rc0) return rc0;
-    if (me == M) return al_errf(err, AL_EINVAL, "round %ld: this site is not a member", a->round);
-    robust_filter(a, mem, st, M);
-    uint64_t tag = ag_attempt_tag(epoch, members);
-    size_t lo, hi, flo, fhi; /* Δ[flo, fhi): all of θ, or (streaming) the round's fragment */
-    ag_frag(a, a->round, &flo, &fhi);
-    size_t P = fhi - flo;
-    float *delta = a->delta + flo, *dbar = a->dbar + flo;
-    int p = (int)(a->round & 1);
-    /* reduce-scatter: my part of shard k goes to its owner */
-    al_mean acc;
-    al_shard_range(P, M, me, &lo, &hi);
-    int rc = al_mean_init(&acc, a->nsites, hi - lo, err);
-    if (rc) return rc;
-    for (int k = 0; k < M && rc == 0; k++) {
+/* One exchange: its attempt and members, and the part of Δ it moves. */
+typedef struct xchg {
+    uint64_t epoch, tag; /* the attempt, and its tag (ag_attempt_tag) */
+    uint32_t members;
+    const int *mem; /* the M members (site ids, increasing), this site the me-th */
+    const al_site_stats *st;
+    int M, me;
+    size_t P;            /* the values exchanged: Δ[flo, fhi) of θ ... */
+    float *delta, *dbar; /* ... a->delta + flo, a->dbar + flo */
+    size_t lo, hi;       /* this site's shard of them */
+    int *peer;           /* the member at fault */
+} xchg;
+
+/* Reduce-scatter, sending: this site's part of shard k to its owner (its own
+ * part into the mean). */
+static int reduce_send(agent *a, const xchg *x, al_mean *acc, al_err *err) {
+    int rc = 0;
+    for (int k = 0; k < x->M && rc == 0; k++) {
         size_t klo, khi, len;
-        al_shard_range(P, M, k, &klo, &khi);
-        rc = al_commit_encode(&a->cc, delta + klo, khi - klo, &len, err);
+        al_shard_range(x->P, x->M, k, &klo, &khi);
+        rc = al_commit_encode(&a->cc, x->delta + klo, khi - klo, &len, err);
         if (rc) break;
-        if (mem[k] == a->self) {
+        if (x->mem[k] == a->self) {
             rc = al_codec_decode(a->cc.enc, len, a->part, khi - klo, err);
-            if (rc == 0 && !a->excluded[a->self]) rc = al_mean_add(&acc, a->self, a->part, err);
+            if (rc == 0 && !a->excluded[a->self]) rc = al_mean_add(acc, a->self, a->part, err);
         } else {
             a->bytes_raw += (double)(khi - klo) * 4.0;
-            if (push_shard(a, mem[k], AL_PHASE_REDUCE, k, tag, len, err) != 0) {
-                *peer = mem[k];
+            if (push_shard(a, x->mem[k], AL_PHASE_REDUCE, k, x->tag, len, err) != 0) {
+                *x->peer = x->mem[k];
                 rc = AL_EPEER;
             }
         }
     }
+    return rc;
+}
+
+/* Reduce-scatter, receiving: wait for the others' parts of my shard, and
+ * decode them under the lock: the slots' buffers belong to whoever holds it,
+ * and a server thread placing a newer attempt's shard frees the old one. A
+ * shard is a few milliseconds of work; server threads wait that long at most. */
+static int reduce_recv(agent *a, const xchg *x, al_mean *acc, al_err *err) {
+    int p = (int)(a->round & 1), rc;
+    const int *mem = x->mem;
+    pthread_mutex_lock(&a->mu);
+    rc = wait_slots(a, a->reduce, mem, x->M, x->me, x->me, x->epoch, x->members, x->peer, "shard",
+                    err);
+    for (int j = 0; j < x->M && rc == 0; j++) {
+        if (mem[j] == a->self || a->excluded[mem[j]]) continue;
+        ag_slot *s = &a->reduce[p][mem[j]];
+        rc = al_codec_decode(s->buf, s->meta.total_bytes, a->part, x->hi - x->lo, err);
+        double nrm;
+        if (rc == 0 && !al_commit_fits_claim(a->part, x->hi - x->lo, x->st[j].delta_sq, &nrm)) {
+            /* longer than the whole Δ it reported: not in this shard's mean */
+            al_logf(&a->log, AL_LOG_WARN,
+                    "round %ld: leaving %s's part of shard %d out of the mean: its norm %.4g "
+                    "exceeds the |delta| %.4g it reported (a site that lies about its update)",
+                    a->round, a->name[mem[j]], x->me, nrm, sqrt(x->st[j].delta_sq));
+            rc = al_mean_drop(acc, mem[j], err);
+            continue;
+        }
+        if (rc == 0) rc = al_mean_add(acc, mem[j], a->part, err);
+        if (rc) {
+            *x->peer = mem[j]; /* a contribution that does not decode: leave its site out */
+            al_err_prefix(err, "round %ld: shard from %s refused", a->round, a->name[mem[j]]);
+            rc = AL_EPEER;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+/* Reduce-scatter: on return a->part holds the mean of my shard. */
+static int reduce_scatter(agent *a, const xchg *x, al_err *err) {
+    al_mean acc;
+    int rc = al_mean_init(&acc, a->nsites, x->hi - x->lo, err);
+    if (rc) return rc;
+    rc = reduce_send(a, x, &acc, err);
     for (int i = 0; i < a->nsites && rc == 0; i++)
-        if (!(members >> i & 1) || a->excluded[i]) al_mean_drop(&acc, i, NULL);
-    /* wait for the others' parts of my shard, and decode them under the lock:
-     * the slots' buffers belong to whoever holds it, and a server thread placing
-     * a newer attempt's shard frees the old one. A shard is a few milliseconds
-     * of work; server threads wait that long at most. */
-    if (rc == 0) {
-        pthread_mutex_lock(&a->mu);
-        rc = wait_slots(a, a->reduce, mem, M, me, me, epoch, members, peer, "shard", err);
-        for (int j = 0; j < M && rc == 0; j++) {
-            if (mem[j] == a->self || a->excluded[mem[j]]) continue;
-            ag_slot *s = &a->reduce[p][mem[j]];
-            rc = al_codec_decode(s->buf, s->meta.total_bytes, a->part, hi - lo, err);
-            double nrm;
-            if (rc == 0 && !al_commit_fits_claim(a->part, hi - lo, st[j].delta_sq, &nrm)) {
-                /* longer than the whole Δ it reported: not in this shard's mean */
-                al_logf(&a->log, AL_LOG_WARN,
-                        "round %ld: leaving %s's part of shard %d out of the mean: its norm %.4g "
-                        "exceeds the |delta| %.4g it reported (a site that lies about its update)",
-                        a->round, a->name[mem[j]], me, nrm, sqrt(st[j].delta_sq));
-                rc = al_mean_drop(&acc, mem[j], err);
-                continue;
-            }
-            if (rc == 0) rc = al_mean_add(&acc, mem[j], a->part, err);
-            if (rc) {
-                *peer = mem[j]; /* a contribution that does not decode: leave its site out */
-                al_err_prefix(err, "round %ld: shard from %s refused", a->round, a->name[mem[j]]);
-                rc = AL_EPEER;
-            }
-        }
-        pthread_mutex_unlock(&a->mu);
-    }
+        if (!(x->members >> i & 1) || a->excluded[i]) al_mean_drop(&acc, i, NULL);
+    if (rc == 0) rc = reduce_recv(a, x, &acc, err);
     if (rc == 0) rc = al_mean_finish(&acc, a->part, err);
     al_mean_free(&acc);
-    if (rc) return rc;
-    /* all-gather: encode the mean once, decode it here too, send the same bytes */
-    size_t len;
-    if ((rc = al_commit_encode(&a->cc, a->part, hi - lo, &len, err))) return rc;
-    if ((rc = al_codec_decode(a->cc.enc, len, dbar + lo, hi - lo, err))) return rc;
-    for (int j = 0; j < M; j++) {
-        if (mem[j] == a->self) continue;
-        a->bytes_raw += (double)(hi - lo) * 4.0;
-        if (push_shard(a, mem[j], AL_PHASE_GATHER, me, tag, len, err) != 0) {
-            *peer = mem[j];
-            return AL_EPEER;
-        }
-    }
+    return rc;
+}
+
+/* All-gather, receiving: every other member's mean shard into dbar, under the
+ * lock (see reduce_recv). */
+static int gather_recv(agent *a, const xchg *x, al_err *err) {
+    int p = (int)(a->round & 1), rc;
+    const int *mem = x->mem;
     /* a mean shard is no longer than the longest Δ a member of the mean reported */
     double claim_max = 0;
-    for (int j = 0; j < M; j++)
-        if (!a->excluded[mem[j]]) claim_max = fmax(claim_max, st[j].delta_sq);
+    for (int j = 0; j < x->M; j++)
+        if (!a->excluded[mem[j]]) claim_max = fmax(claim_max, x->st[j].delta_sq);
     pthread_mutex_lock(&a->mu);
-    rc = wait_slots(a, a->gather, mem, M, me, -1, epoch, members, peer, "mean shard", err);
-    for (int k = 0; k < M && rc == 0; k++) { /* under the lock, as above */
-        if (k == me) continue;
+    rc = wait_slots(a, a->gather, mem, x->M, x->me, -1, x->epoch, x->members, x->peer, "mean shard",
+                    err);
+    for (int k = 0; k < x->M && rc == 0; k++) {
+        if (k == x->me) continue;
         size_t klo, khi;
-        al_shard_range(P, M, k, &klo, &khi);
+        al_shard_range(x->P, x->M, k, &klo, &khi);
         ag_slot *s = &a->gather[p][mem[k]];
-        rc = al_codec_decode(s->buf, s->meta.total_bytes, dbar + klo, khi - klo, err);
+        rc = al_codec_decode(s->buf, s->meta.total_bytes, x->dbar + klo, khi - klo, err);
         double nrm;
         if (rc) {
-            *peer = mem[k];
+            *x->peer = mem[k];
             al_err_prefix(err, "round %ld: mean shard from %s refused", a->round, a->name[mem[k]]);
             rc = AL_EPEER;
-        } else if (!al_commit_fits_claim(dbar + klo, khi - klo, claim_max, &nrm)) {
-            *peer = mem[k]; /* the same bytes reach every member: all refuse them alike */
+        } else if (!al_commit_fits_claim(x->dbar + klo, khi - klo, claim_max, &nrm)) {
+            *x->peer = mem[k]; /* the same bytes reach every member: all refuse them alike */
             rc = al_errf(err, AL_EINTEGRITY,
                          "round %ld: mean shard from %s refused: its norm %.4g exceeds the "
                          "longest |delta| %.4g a member reported (a site that lies about its "
@@ -710,6 +718,51 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
     }
     pthread_mutex_unlock(&a->mu);
     return rc;
+}
+
+/* All-gather: encode the mean once, decode it here too, send the same bytes;
+ * then the others' mean shards. */
+static int all_gather(agent *a, const xchg *x, al_err *err) {
+    size_t len;
+    int rc;
+    if ((rc = al_commit_encode(&a->cc, a->part, x->hi - x->lo, &len, err))) return rc;
+    if ((rc = al_codec_decode(a->cc.enc, len, x->dbar + x->lo, x->hi - x->lo, err))) return rc;
+    for (int j = 0; j < x->M; j++) {
+        if (x->mem[j] == a->self) continue;
+        a->bytes_raw += (double)(x->hi - x->lo) * 4.0;
+        if (push_shard(a, x->mem[j], AL_PHASE_GATHER, x->me, x->tag, len, err) != 0) {
+            *x->peer = x->mem[j];
+            return AL_EPEER;
+        }
+    }
+    return gather_recv(a, x, err);
+}
+
+int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
+                int M, int *peer, al_err *err) {
+    *peer = -1;
+    int me = 0;
+    while (me < M && mem[me] != a->self) me++;
+    int rc = refresh_clients(a, err);
+    if (rc) return rc;
+    if (me == M) return al_errf(err, AL_EINVAL, "round %ld: this site is not a member", a->round);
+    robust_filter(a, mem, st, M);
+    size_t flo, fhi; /* Δ[flo, fhi): all of θ, or (streaming) the round's fragment */
+    ag_frag(a, a->round, &flo, &fhi);
+    xchg x = {.epoch = epoch,
+              .tag = ag_attempt_tag(epoch, members),
+              .members = members,
+              .mem = mem,
+              .st = st,
+              .M = M,
+              .me = me,
+              .P = fhi - flo,
+              .delta = a->delta + flo,
+              .dbar = a->dbar + flo,
+              .peer = peer};
+    al_shard_range(x.P, M, me, &x.lo, &x.hi);
+    if ((rc = reduce_scatter(a, &x, err))) return rc;
+    return all_gather(a, &x, err);
 }
 
 /* ---- pulling the committed state ---------------------------------------------------- */

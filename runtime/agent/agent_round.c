@@ -122,6 +122,22 @@ static int next_interval(agent *a, al_err *err) {
     return ag_bg_start(a, a->round + 1, a->h, err);
 }
 
+/* This site's statistics of the interval it trained (its Δ's norm comes after;
+ * streaming makes them the outer round's, ag_stream_delta). */
+static al_site_stats interval_stats(const agent *a) {
+    long n = AL_MAX(a->iv.steps, 1);
+    return (al_site_stats){.site = a->self,
+                           .steps = a->iv.steps,
+                           .loss = a->iv.loss_sum / (double)n,
+                           .grad_norm = a->iv.gnorm_sum / (double)n,
+                           .lr_sum = a->iv.lr_sum,
+                           .lr_sq_sum = a->iv.lr_sq_sum,
+                           .lr_last = a->iv.lr_last,
+                           .tokens = a->iv.tokens,
+                           .compute_s = a->iv.compute_s,
+                           .comm_s = a->xchg_s};
+}
+
 /* AL_ACT_TRAIN: the interval of round a->round, then Δ and this site's
  * statistics; INTERVAL_DONE carries θ_global's hash, which the machine checks
  * against the committed base. Blocking: the interval runs here from θ_global
@@ -170,17 +186,7 @@ static int do_train(agent *a, al_err *err) {
         memcpy(a->iv_from, a->from, a->P * sizeof(float));
         memcpy(a->iv_end, ag_theta_local(a), a->P * sizeof(float));
     }
-    long n = AL_MAX(a->iv.steps, 1);
-    a->mine = (al_site_stats){.site = a->self,
-                              .steps = a->iv.steps,
-                              .loss = a->iv.loss_sum / (double)n,
-                              .grad_norm = a->iv.gnorm_sum / (double)n,
-                              .lr_sum = a->iv.lr_sum,
-                              .lr_sq_sum = a->iv.lr_sq_sum,
-                              .lr_last = a->iv.lr_last,
-                              .tokens = a->iv.tokens,
-                              .compute_s = a->iv.compute_s,
-                              .comm_s = a->xchg_s};
+    a->mine = interval_stats(a);
     if (a->sm.F) /* streaming: fragment p's Δ, the outer round's running statistics */
         rc = ag_stream_delta(a, &a->mine, err);
     else if (a->overlap)
@@ -358,14 +364,9 @@ static int eval_global(agent *a, double *eval, al_err *err) {
     return rc;
 }
 
-/* AL_ACT_APPLY: the candidate is committed: it becomes θ_global, and the
- * round's bookkeeping follows (membership events, counters, the round
- * record in the event log, evaluation, the log line), then the next round. */
-static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *err) {
-    /* (the candidate is untouched since do_propose hashed it) */
-    if (!a->have_cand || memcmp(a->cand_h.b, act->hash.b, 32) != 0)
-        return al_errf(err, AL_EINVAL, "round %ld: asked to apply a candidate this site lacks",
-                       a->round);
+/* The candidate becomes θ_global, with its hash, its chunks' digests and its
+ * checksum. */
+static void take_candidate(agent *a) {
     outer_swap(&a->outer, &a->cand);
     a->have_cand = 0;
     a->outer_h = a->cand_h;      /* θ_global's now; enter_round publishes it */
@@ -374,20 +375,13 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     a->cand_dig = dig;
     a->outer_sum = a->cand_sum;
     a->outer_h_ok = 1;
-    long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
-    /* overlap: θ_local is the next interval's, training or about to */
-    if (!a->bg_running && !a->bg_pending) ag_local_from_global(a);
-    const al_commit_decision *d = &a->cand_d;
-    long h_run = a->iv_h;
-    int M = a->cand_M;
-    const int *members = a->cand_mem;
-    /* (streaming: one H per outer round, recorded at its last fragment) */
-    int outer_end = !a->sm.F || a->round % a->sm.F == a->sm.F - 1;
-    if (outer_end && a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h_run;
-    /* membership events, from the change against the last round: a peer in
-     * this round that was out of the last one has (re)joined, one that was in
-     * it and is not now was dropped (unreachable, silent, or its statistics
-     * or shards did not fit; the log line before says which) */
+}
+
+/* Membership events, from the change against the last round: a peer in
+ * this round that was out of the last one has (re)joined, one that was in
+ * it and is not now was dropped (unreachable, silent, or its statistics
+ * or shards did not fit; the log line before says which). */
+static void membership_events(agent *a, const int *members, int M) {
     int was[AG_MAX_SITES];
     memcpy(was, a->live, sizeof was);
     memset(a->live, 0, sizeof a->live);
@@ -399,17 +393,24 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
         if (a->live[i]) a->ever_live[i] = 1;
         al_metrics_peer_up(&a->met, a->name[i], a->live[i]);
     }
-    double t_comm = a->t_comm_end > a->t_train_end ? a->t_comm_end - a->t_train_end : 0;
-    /* overlap: the round's exchange and vote ran beside the next interval,
-     * hidden while that interval was still training */
+}
+
+/* Overlap: the seconds of the round's exchange and vote (t_comm) that ran
+ * beside the next interval, hidden while that interval was still training.
+ * The commit's time is the run's last (summary.json). */
+static double hidden_comm(agent *a, double t_comm) {
     double hidden = 0, t_bg_end = 0, t_commit = al_now();
     a->t_last_commit = t_commit;
     if (a->bg_running)
         hidden = ag_bg_finished(a, &t_bg_end)
                      ? AL_MAX(0.0, AL_MIN(t_bg_end, t_commit) - a->t_train_end)
                      : t_commit - a->t_train_end;
-    hidden = AL_MIN(hidden, t_comm);
-    double sent = count_bytes(a, t_comm);
+    return AL_MIN(hidden, t_comm);
+}
+
+/* The committed round's counters and gauges. */
+static void round_metrics(agent *a, const al_commit_decision *d, int M, double t_comm,
+                          double hidden) {
     al_metrics_set(&a->met, AL_M_BYTES_RAW, a->bytes_raw);
     al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
     al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync_bytes(a, M));
@@ -425,53 +426,112 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     al_metrics_add(&a->met, AL_M_COMM_HIDDEN_S, hidden);
     al_metrics_set(&a->met, AL_M_MEMBERS, M);
     al_metrics_round_duration(&a->met, al_now() - a->t_round0);
-    double ev = NAN; /* this round's evaluation, if it has one */
+}
+
+/* The committed round's evaluation, if it has one (the last round's, and
+ * every [inner] eval_every steps; `trained`: the steps of its interval):
+ * into *ev and *eval. */
+static int round_eval(agent *a, long trained, double *ev, double *eval, al_err *err) {
     long every = a->cfg->inner_eval_every;
     int last = a->step >= a->cfg->inner_steps;
     if (a->sm.F) last = ag_stream_ends(a, a->round); /* the last of the final exchanges */
     int rc;
     if (a->val.tok && (last || (every > 0 && a->step / every != (a->step - trained) / every))) {
-        if ((rc = eval_global(a, &ev, err))) return rc;
-        *eval = ev;
+        if ((rc = eval_global(a, ev, err))) return rc;
+        *eval = *ev;
     }
-    al_round_record rec;
-    memset(&rec, 0, sizeof rec);
-    rec.round = a->round;
-    rec.step = a->step;
-    rec.h = h_run;
-    rec.h_next = d->h_next;
-    rec.members = M;
+    return 0;
+}
+
+/* The committed round's record (the event log, /api/v1/rounds). */
+static void round_record(agent *a, const al_round_action *act, long h_run, double t_comm,
+                         double hidden, double ev, al_round_record *rec) {
+    const al_commit_decision *d = &a->cand_d;
+    int M = a->cand_M;
+    memset(rec, 0, sizeof *rec);
+    rec->round = a->round;
+    rec->step = a->step;
+    rec->h = h_run;
+    rec->h_next = d->h_next;
+    rec->members = M;
     struct timespec wall; /* unix seconds, to the microsecond: rounds' spacing is measured */
     clock_gettime(CLOCK_REALTIME, &wall);
-    rec.t = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
-    rec.train_loss = a->mine.loss;
-    rec.eval_loss = ev;
-    rec.nsites = M;
+    rec->t = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
+    rec->train_loss = a->mine.loss;
+    rec->eval_loss = ev;
+    rec->nsites = M;
     for (int j = 0; j < M; j++) {
-        snprintf(rec.sites[j], sizeof rec.sites[j], "%s", a->name[members[j]]);
-        rec.site_loss[j] = a->cand_st[j].loss;
+        snprintf(rec->sites[j], sizeof rec->sites[j], "%s", a->name[a->cand_mem[j]]);
+        rec->site_loss[j] = a->cand_st[j].loss;
     }
     double *v = a->met.v;
     pthread_mutex_lock(&a->met.lock);
-    rec.bytes_sent = v[AL_M_BYTES_SENT];
-    rec.bytes_recv = v[AL_M_BYTES_RECV];
-    rec.bytes_raw = v[AL_M_BYTES_RAW];
-    rec.bytes_diloco = v[AL_M_BYTES_DILOCO];
-    rec.bytes_ddp = v[AL_M_BYTES_DDP];
-    rec.syncs_diloco = v[AL_M_SYNCS_DILOCO];
+    rec->bytes_sent = v[AL_M_BYTES_SENT];
+    rec->bytes_recv = v[AL_M_BYTES_RECV];
+    rec->bytes_raw = v[AL_M_BYTES_RAW];
+    rec->bytes_diloco = v[AL_M_BYTES_DILOCO];
+    rec->bytes_ddp = v[AL_M_BYTES_DDP];
+    rec->syncs_diloco = v[AL_M_SYNCS_DILOCO];
     pthread_mutex_unlock(&a->met.lock);
-    rec.compute_s = a->iv.compute_s;
-    rec.comm_s = t_comm;
-    rec.hidden_s = hidden;
-    rec.wait_s = 0;
-    rec.policy_comm_s = d->rs.comm_s;
-    rec.policy_compute_s = d->rs.compute_s;
-    rec.comm_floor = d->comm_floor;
-    rec.outer_lr_scale = a->outer.last.scale;
-    rec.outer_mu = a->outer.last.mu;
-    ag_hash_hex(&a->outer_h, rec.theta); /* per round: sites compare histories */
-    rec.configured = a->nsites;
-    rec.agree = agreeing(a, act);
+    rec->compute_s = a->iv.compute_s;
+    rec->comm_s = t_comm;
+    rec->hidden_s = hidden;
+    rec->wait_s = 0;
+    rec->policy_comm_s = d->rs.comm_s;
+    rec->policy_compute_s = d->rs.compute_s;
+    rec->comm_floor = d->comm_floor;
+    rec->outer_lr_scale = a->outer.last.scale;
+    rec->outer_mu = a->outer.last.mu;
+    ag_hash_hex(&a->outer_h, rec->theta); /* per round: sites compare histories */
+    rec->configured = a->nsites;
+    rec->agree = agreeing(a, act);
+}
+
+/* After a commit: the next round begins (H as decided), a checkpoint if one
+ * is due, and (overlap) the interval that waited for this commit. */
+static int next_round(agent *a, double t_comm, al_err *err) {
+    a->h = (long)a->cand_d.h_next;
+    if (a->sm.F) ag_stream_commit(a, t_comm); /* (streaming: the thread may merge now) */
+    a->round++;
+    int rc;
+    if ((rc = enter_round(a, err))) return rc;
+    check_finished(a);
+    if (!a->finished && ckpt_due(a, a->round) && !a->bg_running && (rc = ag_save(a, err)))
+        return rc;
+    /* overlap: the interval that waited for this commit (a checkpoint) */
+    if (a->bg_pending && !a->finished && a->bg_round == a->round)
+        return ag_bg_start(a, a->round, a->bg_h, err);
+    return 0;
+}
+
+/* AL_ACT_APPLY: the candidate is committed: it becomes θ_global, and the
+ * round's bookkeeping follows (membership events, counters, the round
+ * record in the event log, evaluation, the log line), then the next round. */
+static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *err) {
+    /* (the candidate is untouched since do_propose hashed it) */
+    if (!a->have_cand || memcmp(a->cand_h.b, act->hash.b, 32) != 0)
+        return al_errf(err, AL_EINVAL, "round %ld: asked to apply a candidate this site lacks",
+                       a->round);
+    take_candidate(a);
+    long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
+    /* overlap: θ_local is the next interval's, training or about to */
+    if (!a->bg_running && !a->bg_pending) ag_local_from_global(a);
+    const al_commit_decision *d = &a->cand_d;
+    long h_run = a->iv_h;
+    int M = a->cand_M;
+    /* (streaming: one H per outer round, recorded at its last fragment) */
+    int outer_end = !a->sm.F || a->round % a->sm.F == a->sm.F - 1;
+    if (outer_end && a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = h_run;
+    membership_events(a, a->cand_mem, M);
+    double t_comm = a->t_comm_end > a->t_train_end ? a->t_comm_end - a->t_train_end : 0;
+    double hidden = hidden_comm(a, t_comm);
+    double sent = count_bytes(a, t_comm);
+    round_metrics(a, d, M, t_comm, hidden);
+    double ev = NAN; /* this round's evaluation, if it has one */
+    int rc;
+    if ((rc = round_eval(a, trained, &ev, eval, err))) return rc;
+    al_round_record rec;
+    round_record(a, act, h_run, t_comm, hidden, ev, &rec);
     al_metrics_add_round(&a->met, &rec, NULL);
     char *line = al_round_record_json(a->name[a->self], &rec);
     ag_event_line(a, line);
@@ -481,18 +541,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
             "| theta %.12s",
             a->name[a->self], a->round, a->step, h_run, (long long)d->h_next, M, a->mine.loss,
             isnan(ev) ? "" : " (eval)", sent, rec.theta);
-    /* the next round */
-    a->h = (long)d->h_next;
-    if (a->sm.F) ag_stream_commit(a, t_comm); /* (streaming: the thread may merge now) */
-    a->round++;
-    if ((rc = enter_round(a, err))) return rc;
-    check_finished(a);
-    if (!a->finished && ckpt_due(a, a->round) && !a->bg_running && (rc = ag_save(a, err)))
-        return rc;
-    /* overlap: the interval that waited for this commit (a checkpoint) */
-    if (a->bg_pending && !a->finished && a->bg_round == a->round)
-        return ag_bg_start(a, a->round, a->bg_h, err);
-    return 0;
+    return next_round(a, t_comm, err);
 }
 
 static void do_revert(agent *a) {
