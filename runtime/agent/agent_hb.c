@@ -17,7 +17,6 @@
 #include "agent_net.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 static int make_hb_client(agent *a, int i, al_err *err) {

@@ -28,7 +28,6 @@
  * reads the schedule from here. */
 #include "agent_stream.h"
 
-#include <math.h>
 #include <stdlib.h>
 
 int ag_stream_init(agent *a, al_err *err) {
