@@ -58,17 +58,93 @@ static int time_sgemm(int n, int reps, double *secs, al_err *err) {
 
 static void usage(FILE *f) {
     fprintf(f, "usage: autoloco bench inner [--preset P] [--batch B] [--seq T] [--threads N]\n"
-               "                            [--steps N] [--device cpu|cuda] [--json]\n\n"
+               "                            [--steps N] [--device cpu|cuda] [--ops] [--json]\n\n"
                "Times full training steps (forward, backward, clipping, AdamW) on random\n"
                "tokens, and OpenBLAS sgemm at 2048^3 with the same threads, in one run.\n"
                "FLOPs per step: 6*N*tokens + 6*L*C*T*tokens (N = parameters incl. embeddings).\n"
                "Defaults: --preset small --batch 8 --seq 256 --threads <cores> --steps 10.\n"
+               "--ops then times the same steps again op by op (forward, backward, update,\n"
+               "memory) with GFLOP/s per matmul and attention shape.\n"
                "--device cuda times the same steps on the GPU backend (no sgemm yardstick).\n"
-               "--json prints one JSON object as the last line.\n");
+               "--json prints one JSON object as the last line (with the CPU's model name\n"
+               "and flags, and the BLAS configuration).\n");
+}
+
+/* The op breakdown: a table, and its JSON fields (",\"ops\":[...],\"shapes\":[...]")
+ * into js. Per step: every figure is divided by the timed steps. */
+static void print_ops(const al_bench_ops *p, int steps, FILE *js) {
+    static const char *const phases[] = {"forward", "backward", "update", "memory"};
+    double total = 0;
+    for (int i = 0; i < p->nops; i++) total += p->op[i].seconds;
+    printf("\n  op breakdown (%d steps; per step):\n  %-9s %-22s %6s %10s %6s\n", steps, "phase",
+           "op", "calls", "ms", "%");
+    fprintf(js, ",\"ops_ms\":%.4f,\"ops\":[", total / steps * 1e3);
+    int first = 1;
+    for (int ph = 0; ph < 4; ph++) {
+        double sum = 0;
+        for (int i = 0; i < p->nops; i++) {
+            const al_bench_op *o = &p->op[i];
+            if (strcmp(o->phase, phases[ph]) || o->calls == 0) continue;
+            sum += o->seconds;
+            printf("  %-9s %-22s %6.1f %10.3f %6.1f\n", o->phase, o->name, (double)o->calls / steps,
+                   o->seconds / steps * 1e3, 100 * o->seconds / total);
+            fprintf(js, "%s{\"phase\":\"%s\",\"op\":\"%s\",\"calls\":%.1f,\"ms\":%.4f}",
+                    first ? "" : ",", o->phase, o->name, (double)o->calls / steps,
+                    o->seconds / steps * 1e3);
+            first = 0;
+        }
+        printf("  %-9s %-22s %6s %10.3f %6.1f\n", phases[ph], "(all)", "", sum / steps * 1e3,
+               100 * sum / total);
+    }
+    printf("  %-9s %-22s %6s %10.3f\n", "step", "(all ops)", "", total / steps * 1e3);
+    printf("\n  matmul and attention by shape (matmul: N IC OC; attention: B T C):\n"
+           "  %-19s %16s %6s %10s %9s\n",
+           "op", "shape", "calls", "ms", "GFLOP/s");
+    fprintf(js, "],\"shapes\":[");
+    for (int i = 0; i < p->nshapes; i++) {
+        const al_bench_shape *s = &p->shape[i];
+        char dims[48];
+        snprintf(dims, sizeof dims, "%d %d %d", s->dims[0], s->dims[1], s->dims[2]);
+        printf("  %-19s %16s %6.1f %10.3f %9.1f\n", s->op, dims, (double)s->calls / steps,
+               s->seconds / steps * 1e3, s->flops / s->seconds * 1e-9);
+        fprintf(js,
+                "%s{\"op\":\"%s\",\"dims\":[%d,%d,%d],\"calls\":%.1f,\"ms\":%.4f,"
+                "\"gflops\":%.2f}",
+                i ? "," : "", s->op, s->dims[0], s->dims[1], s->dims[2], (double)s->calls / steps,
+                s->seconds / steps * 1e3, s->flops / s->seconds * 1e-9);
+    }
+    fprintf(js, "]");
+}
+
+void al_bench_cpu(char *model, size_t model_len, char *flags, size_t flags_len) {
+    model[0] = flags[0] = '\0';
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[8192];
+    while (fgets(line, sizeof line, f) && (!model[0] || !flags[0])) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        char *v = colon + 1 + (colon[1] == ' ');
+        v[strcspn(v, "\n")] = '\0';
+        if (!model[0] && !strncmp(line, "model name", 10)) snprintf(model, model_len, "%s", v);
+        if (!flags[0] && (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8)))
+            snprintf(flags, flags_len, "%s", v);
+    }
+    fclose(f);
+}
+
+const char *al_bench_blas(void) {
+    return openblas_get_config();
 }
 
 int al_bench_steps(const al_model_config *mc, const al_backend *be, int batch, int seq, int steps,
                    al_bench_steps_result *res, al_err *err) {
+    return al_bench_steps_ex(mc, be, batch, seq, steps, NULL, NULL, res, err);
+}
+
+int al_bench_steps_ex(const al_model_config *mc, const al_backend *be, int batch, int seq,
+                      int steps, void (*on_timed)(void *), void *arg, al_bench_steps_result *res,
+                      al_err *err) {
     memset(res, 0, sizeof *res);
     al_train_opts o;
     al_train_opts_default(&o);
@@ -98,6 +174,7 @@ int al_bench_steps(const al_model_config *mc, const al_backend *be, int batch, i
     }
     al_step_stats st;
     for (int i = 0; i < 2 && rc == 0; i++) rc = al_trainer_step_batches(&tr, b, 1, &st, err);
+    if (on_timed) on_timed(arg);
     for (int i = 0; i < steps && rc == 0; i++) {
         rc = al_trainer_step_batches(&tr, b, 1, &st, err);
         t[i] = st.seconds;
@@ -117,18 +194,15 @@ int al_bench_steps(const al_model_config *mc, const al_backend *be, int batch, i
 }
 
 int al_bench_inner(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {{"preset", required_argument, 0, 'p'},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"seq", required_argument, 0, 's'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"steps", required_argument, 0, 'n'},
-                                         {"json", no_argument, 0, 'j'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"device", required_argument, 0, 'd'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"preset", required_argument, 0, 'p'}, {"batch", required_argument, 0, 'b'},
+        {"seq", required_argument, 0, 's'},    {"threads", required_argument, 0, 't'},
+        {"steps", required_argument, 0, 'n'},  {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},         {"device", required_argument, 0, 'd'},
+        {"ops", no_argument, 0, 'o'},          {0, 0, 0, 0}};
     const char *preset = "small", *device = "cpu";
     long batch = 8, seq = 256, threads = sysconf(_SC_NPROCESSORS_ONLN), steps = 10;
-    int json = 0, ch, rc = 0;
+    int json = 0, ops = 0, ch, rc = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -149,6 +223,9 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
             break;
         case 'j':
             json = 1;
+            break;
+        case 'o':
+            ops = 1;
             break;
         case 'd':
             device = optarg;
@@ -172,12 +249,29 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
     if ((rc = al_backend_open(&be, device, 0, err))) return rc;
     int on_cpu = be->on_host;
     double sg[2] = {0, 0};
-    al_bench_steps_result res;
+    al_bench_steps_result res, res_ops;
+    al_bench_ops *prof = NULL;
     if (on_cpu) rc = time_sgemm(2048, 5, &sg[0], err);
     if (rc == 0) rc = al_bench_steps(&mc, be, (int)batch, (int)seq, (int)steps, &res, err);
     if (rc == 0 && on_cpu) rc = time_sgemm(2048, 5, &sg[1], err);
+    if (rc == 0 && ops) {
+        if (!(prof = malloc(sizeof *prof))) rc = al_errf(err, AL_ENOMEM, "bench: out of memory");
+        if (rc == 0) {
+            al_bench_ops_init(prof, be);
+            rc = al_bench_steps_ex(&mc, &prof->be, (int)batch, (int)seq, (int)steps,
+                                   al_bench_ops_reset, prof, &res_ops, err);
+        }
+    }
     al_backend_close(be);
-    if (rc) return rc;
+    /* the JSON object is written to a memory stream while the tables print */
+    char *js = NULL;
+    size_t jslen = 0;
+    FILE *jf = rc == 0 ? open_memstream(&js, &jslen) : NULL;
+    if (rc == 0 && !jf) rc = al_errf(err, AL_ENOMEM, "bench: out of memory");
+    if (rc) {
+        free(prof);
+        return rc;
+    }
     double step_s = res.step_s, tokens = (double)(batch * seq), gflops = res.flops / step_s * 1e-9;
     double sgemm_s = 0.5 * (sg[0] + sg[1]);
     double sgemm_gflops = on_cpu ? 2.0 * 2048.0 * 2048.0 * 2048.0 / sgemm_s * 1e-9 : 0.0;
@@ -186,23 +280,37 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
                preset, res.params, res.device, batch, seq, steps);
         printf("  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n", "ms per step (median)",
                step_s * 1e3, "tokens/s", tokens / step_s, "step GFLOP/s", gflops);
-        if (json)
-            printf("{\"preset\":\"%s\",\"device\":\"%s\",\"batch\":%ld,\"seq\":%ld,"
-                   "\"params\":%zu,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f}\n",
-                   preset, res.device, batch, seq, res.params, step_s * 1e3, tokens / step_s,
-                   gflops);
-        return 0;
+        fprintf(jf,
+                "{\"preset\":\"%s\",\"device\":\"%s\",\"batch\":%ld,\"seq\":%ld,"
+                "\"params\":%zu,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f",
+                preset, res.device, batch, seq, res.params, step_s * 1e3, tokens / step_s, gflops);
+    } else {
+        char model[256], flags[4096];
+        al_bench_cpu(model, sizeof model, flags, sizeof flags);
+        printf("bench inner: preset %s (%zu params), batch %ld x seq %ld, %ld threads, %ld "
+               "steps\n  cpu: %s\n  blas: %s\n",
+               preset, res.params, batch, seq, threads, steps, model, al_bench_blas());
+        printf("  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n  %-22s %12.1f\n  %-22s "
+               "%12.3f\n",
+               "ms per step (median)", step_s * 1e3, "tokens/s", tokens / step_s, "step GFLOP/s",
+               gflops, "sgemm 2048^3 GFLOP/s", sgemm_gflops, "ratio to sgemm",
+               gflops / sgemm_gflops);
+        fprintf(jf,
+                "{\"preset\":\"%s\",\"batch\":%ld,\"seq\":%ld,\"threads\":%ld,"
+                "\"params\":%zu,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,"
+                "\"sgemm_gflops\":%.2f,\"ratio_to_sgemm\":%.4f,\"cpu_model\":\"%s\","
+                "\"cpu_flags\":\"%s\",\"blas\":\"%s\"",
+                preset, batch, seq, threads, res.params, step_s * 1e3, tokens / step_s, gflops,
+                sgemm_gflops, gflops / sgemm_gflops, model, flags, al_bench_blas());
     }
-    printf("bench inner: preset %s (%zu params), batch %ld x seq %ld, %ld threads, %ld steps\n",
-           preset, res.params, batch, seq, threads, steps);
-    printf("  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n  %-22s %12.1f\n  %-22s %12.3f\n",
-           "ms per step (median)", step_s * 1e3, "tokens/s", tokens / step_s, "step GFLOP/s",
-           gflops, "sgemm 2048^3 GFLOP/s", sgemm_gflops, "ratio to sgemm", gflops / sgemm_gflops);
-    if (json)
-        printf("{\"preset\":\"%s\",\"batch\":%ld,\"seq\":%ld,\"threads\":%ld,\"params\":%zu,"
-               "\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
-               "\"ratio_to_sgemm\":%.4f}\n",
-               preset, batch, seq, threads, res.params, step_s * 1e3, tokens / step_s, gflops,
-               sgemm_gflops, gflops / sgemm_gflops);
+    if (prof) {
+        fprintf(jf, ",\"ops_step_ms\":%.3f", res_ops.step_s * 1e3);
+        print_ops(prof, (int)steps, jf);
+    }
+    fprintf(jf, "}");
+    fclose(jf);
+    if (json) printf("%s\n", js);
+    free(js);
+    free(prof);
     return 0;
 }
