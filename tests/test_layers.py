@@ -68,7 +68,11 @@ def main():
         return 2
     root, lib = sys.argv[1], os.path.abspath(sys.argv[2])  # (meson passes it relative)
     os.chdir(root)
-    files = subprocess.check_output(["git", "ls-files", "*.c", "*.h"], text=True).split()
+    try:
+        files = subprocess.check_output(["git", "ls-files", "*.c", "*.h"], text=True,
+                                        stderr=subprocess.DEVNULL).split()
+    except (OSError, subprocess.CalledProcessError):
+        files = []
     if not files:  # not a git checkout (a tarball): walk the tree
         for top in ["runtime"] + MODEL_SIDE:
             for d, _, names in os.walk(top):
