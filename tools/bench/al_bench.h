@@ -7,6 +7,7 @@
 
 typedef struct al_bench_steps_result {
     double step_s; /* median seconds of a full training step */
+    double cpu_s;  /* median CPU seconds of a step, all threads (less disturbed by other load) */
     double flops;  /* per step: 6*N*tokens + 6*L*C*T*tokens */
     double loss;   /* of the last step (a sanity check, random tokens) */
     size_t params;

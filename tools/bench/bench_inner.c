@@ -18,7 +18,15 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+/* CPU time of this process, every thread */
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -167,7 +175,7 @@ int al_bench_steps_ex(const al_model_config *mc, const al_backend *be, int batch
         b->docstart[i] = 0;
     }
     b->ntargets = batch * seq;
-    double *t = calloc((size_t)steps, sizeof(double));
+    double *t = calloc(2 * (size_t)steps, sizeof(double)), *cpu = t + steps;
     if (!t) {
         al_trainer_free(&tr);
         return al_errf(err, AL_ENOMEM, "bench: out of memory");
@@ -176,12 +184,15 @@ int al_bench_steps_ex(const al_model_config *mc, const al_backend *be, int batch
     for (int i = 0; i < 2 && rc == 0; i++) rc = al_trainer_step_batches(&tr, b, 1, &st, err);
     if (on_timed) on_timed(arg);
     for (int i = 0; i < steps && rc == 0; i++) {
+        double c0 = cpu_seconds();
         rc = al_trainer_step_batches(&tr, b, 1, &st, err);
+        cpu[i] = cpu_seconds() - c0;
         t[i] = st.seconds;
     }
     if (rc == 0) {
         double tokens = (double)batch * seq;
         res->step_s = al_bench_median(t, steps);
+        res->cpu_s = al_bench_median(cpu, steps);
         res->params = tr.model.lay.nparams;
         res->flops =
             6.0 * (double)res->params * tokens + 6.0 * mc->L * mc->C * (double)seq * tokens;
@@ -290,18 +301,20 @@ int al_bench_inner(int argc, char **argv, al_err *err) {
         printf("bench inner: preset %s (%zu params), batch %ld x seq %ld, %ld threads, %ld "
                "steps\n  cpu: %s\n  blas: %s\n",
                preset, res.params, batch, seq, threads, steps, model, al_bench_blas());
-        printf("  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n  %-22s %12.1f\n  %-22s "
-               "%12.3f\n",
-               "ms per step (median)", step_s * 1e3, "tokens/s", tokens / step_s, "step GFLOP/s",
-               gflops, "sgemm 2048^3 GFLOP/s", sgemm_gflops, "ratio to sgemm",
-               gflops / sgemm_gflops);
+        printf("  %-22s %12.2f\n  %-22s %12.2f\n  %-22s %12.0f\n  %-22s %12.1f\n  %-22s "
+               "%12.1f\n  %-22s %12.3f\n",
+               "ms per step (median)", step_s * 1e3, "CPU ms per step", res.cpu_s * 1e3, "tokens/s",
+               tokens / step_s, "step GFLOP/s", gflops, "sgemm 2048^3 GFLOP/s", sgemm_gflops,
+               "ratio to sgemm", gflops / sgemm_gflops);
         fprintf(jf,
                 "{\"preset\":\"%s\",\"batch\":%ld,\"seq\":%ld,\"threads\":%ld,"
-                "\"params\":%zu,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,"
-                "\"sgemm_gflops\":%.2f,\"ratio_to_sgemm\":%.4f,\"cpu_model\":\"%s\","
+                "\"params\":%zu,\"ms_per_step\":%.3f,\"cpu_ms_per_step\":%.3f,"
+                "\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"ratio_to_sgemm\":%."
+                "4f,\"cpu_model\":\"%s\","
                 "\"cpu_flags\":\"%s\",\"blas\":\"%s\"",
-                preset, batch, seq, threads, res.params, step_s * 1e3, tokens / step_s, gflops,
-                sgemm_gflops, gflops / sgemm_gflops, model, flags, al_bench_blas());
+                preset, batch, seq, threads, res.params, step_s * 1e3, res.cpu_s * 1e3,
+                tokens / step_s, gflops, sgemm_gflops, gflops / sgemm_gflops, model, flags,
+                al_bench_blas());
     }
     if (prof) {
         fprintf(jf, ",\"ops_step_ms\":%.3f", res_ops.step_s * 1e3);
