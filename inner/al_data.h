@@ -13,12 +13,14 @@
  * uint64 s[ndocs + 1]); without one they are found by scanning for EOT.
  *
  * Byte tokenizer: token = byte value (0..255), EOT = 256, vocabulary 257.
+ * GPT-2's BPE (al_tokenizer.h): its ids, EOT = 50256, vocabulary 50257.
  */
 #ifndef AL_DATA_H
 #define AL_DATA_H
 
 #include "al_base.h"
 #include "al_model.h"
+#include "al_tokenizer.h"
 
 #define AL_TOKENS_MAGIC 20240520
 #define AL_BYTE_VOCAB   257
@@ -88,6 +90,9 @@ int al_text_format_parse(const char *s, al_text_format *out, al_err *err);
 typedef struct al_prep_stats {
     size_t files, docs, train_docs, val_docs, train_tokens, val_tokens;
     size_t min_len, median_len, max_len; /* document lengths in bytes */
+    size_t bytes;                        /* of all documents */
+    double encode_s;                     /* seconds spent tokenizing */
+    int threads;                         /* that tokenized */
 } al_prep_stats;
 
 /* Read the inputs (files, or directories of files: sorted, skipping *.dat,
@@ -96,5 +101,21 @@ typedef struct al_prep_stats {
  * and write OUTDIR/{train,val}.{bin,idx} with the byte tokenizer. */
 int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, const char *outdir,
                  double val_frac, uint64_t seed, al_prep_stats *stats, al_err *err);
+
+/* The same with a choice of tokenizer. bpe (NULL: bytes): GPT-2's BPE, the
+ * documents encoded by `threads` threads (0: OpenMP's default), a long
+ * document cut at al_bpe_cut's places into pieces of about 1 MB so that it
+ * is shared too; the ids do not depend on the thread count. progress (may
+ * be NULL) is called about once a second while tokenizing. */
+typedef struct al_prep_opts {
+    double val_frac;
+    uint64_t seed;
+    const al_bpe *bpe;
+    int threads;
+    void (*progress)(void *ctx, size_t done_bytes, size_t total_bytes, double seconds);
+    void *progress_ctx;
+} al_prep_opts;
+int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, const char *outdir,
+                    const al_prep_opts *o, al_prep_stats *stats, al_err *err);
 
 #endif

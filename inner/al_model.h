@@ -28,6 +28,7 @@
     X("tiny", 2, 32, 2, 32, 257)                                                                   \
     X("demo", 2, 128, 4, 128, 257)                                                                 \
     X("small", 4, 256, 4, 256, 257)                                                                \
+    X("tiny-gpt2", 2, 32, 2, 64, 50257)                                                            \
     X("gpt2-124m", 12, 768, 12, 1024, 50257)
 
 /* Parameter tensors: X(name, unit, rows, cols, decay, init). `c` is the config

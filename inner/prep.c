@@ -1,8 +1,10 @@
-/* prep.c -- text to token files with the byte tokenizer (see al_data.h). */
+/* prep.c -- text to token files with the byte tokenizer or GPT-2's BPE (see
+ * al_data.h). */
 #include "al_data.h"
 
 #include <dirent.h>
 #include <jansson.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -104,7 +106,7 @@ static int split_jsonl(docs *d, const char *path, const char *s, size_t n, al_er
         while (k < eol && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r')) k++;
         if (k < eol) {
             json_error_t je;
-            json_t *o = json_loadb(s + i, eol - i, 0, &je);
+            json_t *o = json_loadb(s + i, eol - i, JSON_ALLOW_NUL, &je);
             if (!o) return al_errf(err, AL_EFORMAT, "%s:%zu: bad JSON: %s", path, line, je.text);
             json_t *t = json_object_get(o, "text");
             if (!json_is_string(t)) {
@@ -191,14 +193,156 @@ static int prep_input(docs *d, const char *path, al_text_format fmt, size_t *fil
     return rc;
 }
 
-/* Write the documents chosen by `pick` (1 = this split) as one token file. */
-static int write_split(const docs *d, const unsigned char *is_val, int want_val, const char *path,
-                       size_t *ndocs_out, size_t *ntok_out, al_err *err) {
+/* Every document's tokens back to back, without EOT: document k is
+ * tok[ts[k] .. ts[k + 1]). */
+typedef struct toks {
+    uint16_t *tok;
+    size_t n, cap;
+    size_t *ts; /* [count + 1] */
+} toks;
+
+static int toks_append(toks *t, const uint32_t *v, size_t n, al_err *err) {
+    if (t->n + n > t->cap) {
+        size_t nc = t->cap ? t->cap : 1 << 20;
+        while (nc < t->n + n) nc *= 2;
+        uint16_t *nt = realloc(t->tok, nc * sizeof *nt);
+        if (!nt) return al_errf(err, AL_ENOMEM, "data prep: out of memory (%zu tokens)", nc);
+        t->tok = nt;
+        t->cap = nc;
+    }
+    for (size_t i = 0; i < n; i++) t->tok[t->n + i] = (uint16_t)v[i];
+    t->n += n;
+    return 0;
+}
+
+/* The byte tokenizer: a byte is its token. */
+static int encode_bytes(const docs *d, toks *t, al_err *err) {
+    t->tok = malloc((d->n + 1) * sizeof *t->tok);
+    t->ts = malloc((d->count + 1) * sizeof *t->ts);
+    if (!t->tok || !t->ts) return al_errf(err, AL_ENOMEM, "data prep: out of memory");
+    for (size_t i = 0; i < d->n; i++) t->tok[i] = (unsigned char)d->bytes[i];
+    memcpy(t->ts, d->start, (d->count + 1) * sizeof *t->ts);
+    t->n = d->n;
+    return 0;
+}
+
+/* A piece of a document that one thread encodes: bytes [a, b). */
+typedef struct unit {
+    size_t doc, a, b;
+} unit;
+
+#define AL_PREP_UNIT  (1u << 20)  /* a long document is cut into pieces of ~1 MB */
+#define AL_PREP_BLOCK (32u << 20) /* encoded per round, then appended in order */
+
+/* GPT-2's BPE, by threads: documents (and ~1 MB pieces of long ones) in
+ * rounds of ~32 MB; each round's pieces are encoded in parallel, then
+ * appended in document order, so the ids do not depend on the threads. */
+static int encode_bpe(const docs *d, const al_prep_opts *o, toks *t, al_prep_stats *st,
+                      al_err *err) {
+    if (o->bpe->n > 65536)
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "data prep: a vocabulary of %d tokens does not fit token files (uint16)",
+                       o->bpe->n);
+    size_t nu = 0, ucap = d->count + d->n / AL_PREP_UNIT + 1;
+    unit *u = malloc(ucap * sizeof *u);
+    t->ts = malloc((d->count + 1) * sizeof *t->ts);
+    if (!u || !t->ts) {
+        free(u);
+        return al_errf(err, AL_ENOMEM, "data prep: out of memory");
+    }
+    for (size_t k = 0; k < d->count; k++) {
+        size_t a = d->start[k], end = d->start[k + 1];
+        while (a < end) {
+            size_t b =
+                end - a > AL_PREP_UNIT ? a + al_bpe_cut(d->bytes + a, end - a, AL_PREP_UNIT) : end;
+            if (nu == ucap) {
+                unit *nu2 = realloc(u, 2 * ucap * sizeof *u);
+                if (!nu2) {
+                    free(u);
+                    return al_errf(err, AL_ENOMEM, "data prep: out of memory");
+                }
+                u = nu2;
+                ucap *= 2;
+            }
+            u[nu++] = (unit){k, a, b};
+            a = b;
+        }
+    }
+    int nt = o->threads > 0 ? o->threads : omp_get_max_threads();
+    st->threads = nt;
+    al_bpe_ids *out = NULL;
+    size_t ocap = 0, done = 0;
+    int rc = 0;
+    double t0 = al_now(), last = t0;
+    t->ts[0] = 0;
+    for (size_t u0 = 0; rc == 0 && u0 < nu;) {
+        size_t u1 = u0, bytes = 0;
+        while (u1 < nu && (u1 == u0 || bytes + (u[u1].b - u[u1].a) <= AL_PREP_BLOCK) &&
+               u1 - u0 < 65536)
+            bytes += u[u1].b - u[u1].a, u1++;
+        if (u1 - u0 > ocap) {
+            al_bpe_ids *no = realloc(out, (u1 - u0) * sizeof *out);
+            if (!no) {
+                rc = al_errf(err, AL_ENOMEM, "data prep: out of memory");
+                break;
+            }
+            memset(no + ocap, 0, (u1 - u0 - ocap) * sizeof *no);
+            out = no;
+            ocap = u1 - u0;
+        }
+        int fail = 0;
+#pragma omp parallel num_threads(nt)
+        {
+            al_err lerr = {0};
+            al_bpe_enc e;
+            int my = al_bpe_enc_init(&e, o->bpe, &lerr);
+#pragma omp for schedule(dynamic, 1)
+            for (long i = (long)u0; i < (long)u1; i++) {
+                if (my) continue;
+                al_bpe_ids *ids = &out[i - (long)u0];
+                ids->n = 0;
+                my = al_bpe_encode(&e, d->bytes + u[i].a, u[i].b - u[i].a, ids, &lerr);
+                size_t now_done;
+#pragma omp atomic capture
+                now_done = done += u[i].b - u[i].a;
+                if (o->progress && omp_get_thread_num() == 0 && al_now() - last >= 1.0) {
+                    last = al_now();
+                    o->progress(o->progress_ctx, now_done, d->n, last - t0);
+                }
+            }
+            if (my) {
+#pragma omp critical
+                if (!fail) {
+                    fail = my;
+                    *err = lerr;
+                }
+            }
+            al_bpe_enc_free(&e);
+        }
+        if ((rc = fail)) break;
+        for (size_t i = u0; rc == 0 && i < u1; i++) {
+            rc = toks_append(t, out[i - u0].v, out[i - u0].n, err);
+            if (u[i].b == d->start[u[i].doc + 1]) t->ts[u[i].doc + 1] = t->n;
+        }
+        u0 = u1;
+    }
+    st->encode_s = al_now() - t0;
+    for (size_t i = 0; i < ocap; i++) al_bpe_ids_free(&out[i]);
+    free(out);
+    free(u);
+    return rc;
+}
+
+/* Write the documents of one split (is_val[k] == want_val) as one token file:
+ * EOT d0 EOT d1 ... EOT. */
+static int write_split(const docs *d, const toks *tk, const unsigned char *is_val, int want_val,
+                       int vocab, int eot, const char *path, size_t *ndocs_out, size_t *ntok_out,
+                       al_err *err) {
     size_t nd = 0, nt = 1;
     for (size_t k = 0; k < d->count; k++)
         if (is_val[k] == want_val) {
             nd++;
-            nt += 1 + d->start[k + 1] - d->start[k];
+            nt += 1 + tk->ts[k + 1] - tk->ts[k];
         }
     uint16_t *tok = malloc(nt * sizeof(uint16_t));
     uint64_t *bnd = malloc((nd + 1) * sizeof(uint64_t));
@@ -211,13 +355,14 @@ static int write_split(const docs *d, const unsigned char *is_val, int want_val,
     for (size_t k = 0; k < d->count; k++) {
         if (is_val[k] != want_val) continue;
         bnd[j++] = t;
-        tok[t++] = AL_BYTE_EOT;
-        for (size_t i = d->start[k]; i < d->start[k + 1]; i++)
-            tok[t++] = (unsigned char)d->bytes[i];
+        tok[t++] = (uint16_t)eot;
+        size_t len = tk->ts[k + 1] - tk->ts[k];
+        memcpy(tok + t, tk->tok + tk->ts[k], len * sizeof *tok);
+        t += len;
     }
     bnd[j] = t;
-    tok[t++] = AL_BYTE_EOT;
-    int rc = al_tokens_write(path, tok, t, AL_BYTE_VOCAB, AL_BYTE_EOT, bnd, nd, err);
+    tok[t++] = (uint16_t)eot;
+    int rc = al_tokens_write(path, tok, t, vocab, eot, bnd, nd, err);
     free(tok);
     free(bnd);
     *ndocs_out = nd;
@@ -227,11 +372,23 @@ static int write_split(const docs *d, const unsigned char *is_val, int want_val,
 
 int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, const char *outdir,
                  double val_frac, uint64_t seed, al_prep_stats *stats, al_err *err) {
+    al_prep_opts o = {.val_frac = val_frac, .seed = seed};
+    return al_data_prep_ex(inputs, ninputs, fmt, outdir, &o, stats, err);
+}
+
+int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, const char *outdir,
+                    const al_prep_opts *o, al_prep_stats *stats, al_err *err) {
     memset(stats, 0, sizeof *stats);
+    double val_frac = o->val_frac;
     if (ninputs < 1) return al_errf(err, AL_EINVAL, "data prep: no inputs given");
     if (!(val_frac > 0.0 && val_frac < 1.0))
         return al_errf(err, AL_EINVAL, "data prep: validation fraction %g not in (0, 1)", val_frac);
+    if (o->bpe && o->bpe->eot < 0)
+        return al_errf(err, AL_EINVAL, "data prep: the tokenizer (%s) has no %s token",
+                       o->bpe->source, AL_BPE_EOT_TEXT);
+    int vocab = o->bpe ? o->bpe->n : AL_BYTE_VOCAB, eot = o->bpe ? o->bpe->eot : AL_BYTE_EOT;
     docs d = {0};
+    toks tk = {0};
     int rc = 0;
     for (int i = 0; i < ninputs && rc == 0; i++)
         rc = prep_input(&d, inputs[i], fmt, &stats->files, err);
@@ -239,12 +396,16 @@ int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, con
         rc = al_errf(err, AL_EFORMAT, "data prep: found %zu documents in the inputs (need >= 2)",
                      d.count);
     if (rc == 0) rc = al_mkdirs(outdir, err);
-    unsigned char *is_val = rc == 0 ? calloc(d.count, 1) : NULL;
+    unsigned char *is_val = rc == 0 ? calloc(d.count + 1, 1) : NULL;
     size_t *lens = rc == 0 ? malloc(d.count * sizeof(size_t)) : NULL;
     if (rc == 0 && (!is_val || !lens)) rc = al_errf(err, AL_ENOMEM, "data prep: out of memory");
+    if (rc == 0) {
+        stats->bytes = d.n;
+        rc = o->bpe ? encode_bpe(&d, o, &tk, stats, err) : encode_bytes(&d, &tk, err);
+    }
     if (rc == 0 && d.count >= 2) {
         al_rng r;
-        al_rng_seed(&r, seed);
+        al_rng_seed(&r, o->seed);
         size_t nval = 0;
         for (size_t k = 0; k < d.count; k++) {
             is_val[k] = al_rng_uniform(&r) < val_frac;
@@ -252,7 +413,7 @@ int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, con
             lens[k] = d.start[k + 1] - d.start[k];
         }
         /* both splits non-empty */
-        if (nval == 0) is_val[d.count - 1] = 1;
+        if (nval == 0) is_val[d.count > 0 ? d.count - 1 : 0] = 1;
         if (nval == d.count) is_val[0] = 0;
         qsort(lens, d.count, sizeof(size_t), cmp_size);
         stats->docs = d.count;
@@ -261,15 +422,19 @@ int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, con
         stats->max_len = lens[d.count - 1];
         char path[4096];
         snprintf(path, sizeof path, "%s/train.bin", outdir);
-        rc = write_split(&d, is_val, 0, path, &stats->train_docs, &stats->train_tokens, err);
+        rc = write_split(&d, &tk, is_val, 0, vocab, eot, path, &stats->train_docs,
+                         &stats->train_tokens, err);
         if (rc == 0) {
             snprintf(path, sizeof path, "%s/val.bin", outdir);
-            rc = write_split(&d, is_val, 1, path, &stats->val_docs, &stats->val_tokens, err);
+            rc = write_split(&d, &tk, is_val, 1, vocab, eot, path, &stats->val_docs,
+                             &stats->val_tokens, err);
         }
     }
     free(is_val);
     free(lens);
     free(d.bytes);
     free(d.start);
+    free(tk.tok);
+    free(tk.ts);
     return rc;
 }

@@ -43,7 +43,8 @@
     X("overlap", al_bench_overlap,                                                                 \
       "agents over a slow link: blocking vs [outer] overlap = delayed, hidden communication")      \
     X("subnormal", al_bench_subnormal,                                                             \
-      "a confident model's steps with subnormal floats flushed to zero vs IEEE")
+      "a confident model's steps with subnormal floats flushed to zero vs IEEE")                   \
+    X("tokenizer", al_bench_tokenizer, "GPT-2's BPE in C vs tiktoken (node): MB/s on the same text")
 
 #define AL_CMD_DECL(name, fn, summary) int fn(int argc, char **argv, al_err *err);
 AL_COMMANDS(AL_CMD_DECL)
@@ -84,6 +85,24 @@ int al_cli_free_port(void);
  * holding its ports. */
 int al_cli_spawn_agent(const char *cfg, const char *log, int death_sig, al_err *err);
 int al_cli_corpus(const char *dir, char *train, size_t ntrain, char *val, size_t nval, al_err *err);
+
+/* Where GPT-2's tokenizer files are: [data] tokenizer_dir of a configuration
+ * (its default: tools/setup's folder), which `data prep`, `sample`, `export`
+ * and `bench tokenizer` take as `train` does: -c FILE.ini, then --set
+ * section.key=value in order. al_cli_tokcfg_arg records one of them. */
+typedef struct al_cli_tokcfg {
+    const char *arg[32];
+    char kind[32]; /* 'c' or 's' */
+    int n;
+} al_cli_tokcfg;
+int al_cli_tokcfg_arg(al_cli_tokcfg *c, char kind, const char *arg, al_err *err);
+/* The configured folder into dir; 1 if it was set explicitly (-c or --set
+ * naming the key), 0 for the default. */
+int al_cli_tokenizer_dir(const al_cli_tokcfg *c, char *dir, size_t cap, int *explicit_,
+                         al_err *err);
+struct al_bpe;
+/* Load the tokenizer of the configured folder; errors name the key. */
+int al_cli_load_bpe(const al_cli_tokcfg *c, struct al_bpe *t, al_err *err);
 
 /* Parse an integer / double flag value strictly ("--steps" "12x" is an error). */
 int al_cli_int(const char *flag, const char *s, long lo, long hi, long *out, al_err *err);

