@@ -107,7 +107,7 @@ typedef struct al_stats {
     uint32_t steps;
 } al_stats;
 
-/* A site's round status as heartbeats carry it (runtime/al_round.h's
+/* A site's round status as heartbeats carry it (runtime/round/al_round.h's
  * al_round_status in wire terms): vote 0 none, 1 null, 2 a hash. */
 typedef struct al_peer_status {
     uint64_t round, epoch;
