@@ -151,6 +151,23 @@ static int skip_name(const char *name) {
            (n > 3 && !strcmp(name + n - 3, ".u8"));
 }
 
+/* Is `full`, an entry of folder `dir` (whose resolved path is `real_dir`), a
+ * symbolic link to a file inside that folder or below it? Such a link is an
+ * alias: Debian's fortunes-it links each of its files from fortunes/ into
+ * fortunes/it/, and the `.u8` names link to their own folder's files, so
+ * reading them would take another package's text, or the same text twice,
+ * into a corpus named for the folder. A link that leaves the folder is read. */
+static int alias_link(const char *full, const char *real_dir) {
+    struct stat ls;
+    if (!real_dir || lstat(full, &ls) != 0 || !S_ISLNK(ls.st_mode)) return 0;
+    char *target = realpath(full, NULL);
+    if (!target) return 0;
+    size_t n = strlen(real_dir);
+    int inside = strncmp(target, real_dir, n) == 0 && target[n] == '/';
+    free(target);
+    return inside;
+}
+
 static int prep_input(docs *d, const char *path, al_text_format fmt, size_t *files, al_err *err) {
     struct stat st;
     if (stat(path, &st) != 0) return al_errf(err, AL_ENOTFOUND, "input %s: does not exist", path);
@@ -164,11 +181,13 @@ static int prep_input(docs *d, const char *path, al_text_format fmt, size_t *fil
     size_t nn = 0, cap = 0;
     struct dirent *e;
     int rc = 0;
+    char *real_dir = realpath(path, NULL);
     while ((e = readdir(dir)) != NULL) {
         if (skip_name(e->d_name)) continue;
         char full[4096];
         snprintf(full, sizeof full, "%s/%s", path, e->d_name);
         if (stat(full, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (alias_link(full, real_dir)) continue;
         if (nn == cap) {
             cap = cap ? 2 * cap : 64;
             char **nb = realloc(names, cap * sizeof *names);
@@ -181,6 +200,7 @@ static int prep_input(docs *d, const char *path, al_text_format fmt, size_t *fil
         names[nn++] = strdup(full);
     }
     closedir(dir);
+    free(real_dir);
     if (rc == 0 && nn > 1) qsort(names, nn, sizeof *names, cmp_str);
     for (size_t i = 0; i < nn; i++) {
         if (rc == 0) {

@@ -93,6 +93,21 @@ printf '{"text": "a"}\n{"txt": 1}\n' >"$tmp/bad.jsonl"
 expect 1 "bad.jsonl:2: no string field" -- data prep --format jsonl -o "$tmp/x" "$tmp/bad.jsonl"
 printf '{"text": "a"}\n{"text": \n' >"$tmp/bad2.jsonl"
 expect 1 "bad2.jsonl:2: bad JSON" -- data prep --format jsonl -o "$tmp/x" "$tmp/bad2.jsonl"
+# a folder's links to its own files (or below it) are aliases, passed over (Debian's
+# fortunes-it links its files into fortunes/); a link that leaves the folder is read
+mkdir -p "$tmp/lf/sub"
+printf 'alpha one\n\nalpha two\n\nalpha three\n' >"$tmp/lf/a"
+printf 'beta\n' >"$tmp/lf/sub/b"
+printf 'gamma one\n\ngamma two\n' >"$tmp/ext"
+ln -s sub/b "$tmp/lf/c" && ln -s a "$tmp/lf/d" && ln -s "$tmp/ext" "$tmp/lf/e"
+out=$("$bin" data prep --format text -o "$tmp/lfo" "$tmp/lf" 2>&1)
+if [[ $out == *"data prep: 2 files, 5 documents"* ]]; then
+    echo "ok: data prep: links inside the folder passed over, one leaving it read"
+    pass=$((pass + 1))
+else
+    echo "FAIL: data prep over links: expected 2 files, 5 documents: $out"
+    fail=$((fail + 1))
+fi
 # the device: one clear line without a usable GPU (or a CUDA build); with one, a short run
 expect 1 "device: 'gpu' is not one of cpu\|cuda" -- train "${common[@]}" --device gpu
 if "$bin" bench gpu --preset tiny --batch 1 --seq 8 --steps 1 >"$tmp/gpu.out" 2>&1; then
