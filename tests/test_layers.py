@@ -69,8 +69,11 @@ def main():
     root, lib = sys.argv[1], os.path.abspath(sys.argv[2])  # (meson passes it relative)
     os.chdir(root)
     try:
-        files = subprocess.check_output(["git", "ls-files", "*.c", "*.h"], text=True,
+        # tracked files and new ones not yet added (but not ignored ones)
+        files = subprocess.check_output(["git", "ls-files", "--cached", "--others",
+                                         "--exclude-standard", "*.c", "*.h"], text=True,
                                         stderr=subprocess.DEVNULL).split()
+        files = [f for f in files if os.path.exists(f)]
     except (OSError, subprocess.CalledProcessError):
         files = []
     if not files:  # not a git checkout (a tarball): walk the tree
