@@ -228,38 +228,68 @@ void al_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
 
 /* ---- matmul ------------------------------------------------------------- */
 
+/* The threads split each product by rows of its output, and each calls sgemm
+ * on its own rows: inside a parallel region OpenBLAS runs on the calling
+ * thread alone. A row of the output is one thread's sgemm for any split (its
+ * sums over K are never cut), and every split point is fixed by the thread
+ * count, so the run is repeatable. Measured against handing the whole product
+ * to OpenBLAS's own threads: docs/results/inner.md. */
+
+/* Part t of k of [0, n), boundaries rounded to multiples of 16 rows (whole
+ * tiles of the sgemm kernel) */
+static void split_rows(int n, int t, int k, int *lo, int *hi) {
+    *lo = t == 0 ? 0 : imin(n, (int)((long)n * t / k + 15) / 16 * 16);
+    *hi = t == k - 1 ? n : imin(n, (int)((long)n * (t + 1) / k + 15) / 16 * 16);
+}
+
 void al_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
                        int IC, int OC, int accumulate) {
     /* With a bias: out = bias (or out += bias), then the product added on top
      * (beta = 1). One pass over out, where beta = 0 and a bias pass after the
-     * product would make two. */
-    if (bias) {
-#pragma omp parallel for schedule(static)
-        for (int i = 0; i < N; i++) {
-            float *o = out + (size_t)i * OC;
-            if (accumulate)
-                for (int c = 0; c < OC; c++) o[c] += bias[c];
-            else
-                for (int c = 0; c < OC; c++) o[c] = bias[c];
-        }
+     * product would make two; the thread that writes the bias into its rows
+     * then multiplies into them while they are in its cache. */
+#pragma omp parallel
+    {
+        int lo, hi;
+        split_rows(N, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (bias)
+            for (int i = lo; i < hi; i++) {
+                float *o = out + (size_t)i * OC;
+                if (accumulate)
+                    for (int c = 0; c < OC; c++) o[c] += bias[c];
+                else
+                    for (int c = 0; c < OC; c++) o[c] = bias[c];
+            }
+        if (hi > lo)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, hi - lo, OC, IC, 1.0f,
+                        inp + (size_t)lo * IC, IC, w, IC, accumulate || bias ? 1.0f : 0.0f,
+                        out + (size_t)lo * OC, OC);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
-                accumulate || bias ? 1.0f : 0.0f, out, OC);
 }
 
 void al_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                         const float *w, int N, int IC, int OC, int accumulate) {
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
-                    accumulate ? 1.0f : 0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-                dw, IC);
-    if (dbias) {
-        /* column sums, each thread owns a block of 64 columns: no shared sums */
-        int nblk = (OC + 63) / 64;
-#pragma omp parallel for schedule(static)
-        for (int bk = 0; bk < nblk; bk++) {
-            int c0 = bk * 64, c1 = imin(c0 + 64, OC);
+    /* dinp rows split like the forward's; dw = dout^T inp by rows of dw (=
+     * columns of dout), each summed over all N positions by one sgemm, and
+     * the bias's column sums by the same columns. */
+#pragma omp parallel
+    {
+        int t = omp_get_thread_num(), k = omp_get_num_threads(), lo, hi;
+        if (dinp) {
+            split_rows(N, t, k, &lo, &hi);
+            if (hi > lo)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, hi - lo, IC, OC, 1.0f,
+                            dout + (size_t)lo * OC, OC, w, IC, accumulate ? 1.0f : 0.0f,
+                            dinp + (size_t)lo * IC, IC);
+        }
+        split_rows(OC, t, k, &lo, &hi);
+        if (hi > lo)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, IC, N, 1.0f, dout + lo,
+                        OC, inp, IC, 1.0f, dw + (size_t)lo * IC, IC);
+        /* column sums in blocks of 64 columns (16-row-aligned ranges keep
+         * whole blocks apart only when they are 64-aligned, so by range) */
+        for (int c0 = lo; dbias && c0 < hi; c0 += 64) {
+            int c1 = imin(c0 + 64, hi);
             float acc[64] = {0};
             for (int i = 0; i < N; i++) {
                 const float *d = dout + (size_t)i * OC;
@@ -433,12 +463,9 @@ void al_attention_backward(float *dqkv, const float *dout, const float *qkv, con
  *   gelu'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx
  *            = (1 - s) (1 + 2 x s du/dx),          du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
  * one exp and one division each, and no 1 + tanh u cancelling to nothing for
- * very negative x. The backward works through a block on the stack: dinp may
- * be dout (the model overwrites dfch in place), and a loop that reads one
- * array and writes another it cannot prove apart is not vectorised. */
+ * very negative x. */
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-enum { GELU_BLOCK = 256 };
 
 static inline float gelu_s(float x) {
     float u = GELU_K * (x + 0.044715f * x * x * x);
@@ -454,18 +481,11 @@ void al_gelu_forward(float *out, const float *inp, size_t n) {
 }
 
 void al_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    size_t nblk = (n + GELU_BLOCK - 1) / GELU_BLOCK;
 #pragma omp parallel for schedule(static)
-    for (size_t bk = 0; bk < nblk; bk++) {
-        size_t i0 = bk * GELU_BLOCK, m = n - i0 < GELU_BLOCK ? n - i0 : GELU_BLOCK;
-        const float *x = inp + i0, *d = dout + i0;
-        float g[GELU_BLOCK];
-        for (size_t j = 0; j < m; j++) {
-            float s = gelu_s(x[j]);
-            float du = GELU_K * (1.0f + 3.0f * 0.044715f * x[j] * x[j]);
-            g[j] = d[j] * ((1.0f - s) * (1.0f + 2.0f * x[j] * s * du));
-        }
-        memcpy(dinp + i0, g, m * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], s = gelu_s(x);
+        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = dout[i] * ((1.0f - s) * (1.0f + 2.0f * x * s * du));
     }
 }
 
