@@ -1,6 +1,7 @@
 /* cmd_agent.c -- `autoloco agent -c site.ini` and `autoloco config check FILE`. */
 #include "al_agent.h"
 #include "al_cli.h"
+#include "al_store.h"
 
 #include <getopt.h>
 #include <string.h>
@@ -14,6 +15,8 @@ static void agent_usage(FILE *f) {
                "SIGINT/SIGTERM: finish the current round, save a checkpoint, exit 0.\n"
                "--resume continues from the\n"
                "newest valid checkpoint under PATH; a site behind its peers rejoins them.\n"
+               "--resume auto: from [checkpoint] dir if it holds a checkpoint, else a fresh\n"
+               "start (for a service manager's restarts: docs/operations.md).\n"
                "Every key: autoloco train --help-config.\n");
 }
 
@@ -53,6 +56,18 @@ int al_cmd_agent(int argc, char **argv, al_err *err) {
     int rc = load_config(&c, argc, argv, &resume, err);
     if (rc == AL_CLI_USAGE && argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
         rc = 0;
+    if (rc == 0 && resume && strcmp(resume, "auto") == 0) {
+        /* a checkpoint folder that is missing or holds no step-* is a first
+         * start; one whose checkpoints all fail their checks is an error (the
+         * agent says which) */
+        char dir[4200];
+        al_err e = {0};
+        resume = c.checkpoint_dir;
+        if (al_ckpt_find(resume, NULL, dir, sizeof dir, &e) == AL_ENOTFOUND) {
+            fprintf(stderr, "autoloco agent: --resume auto: %s: a fresh start\n", e.msg);
+            resume = NULL;
+        }
+    }
     if (rc == 0) {
         al_agent_opts o = {resume, 0};
         rc = al_agent_run(&c, &o, err);

@@ -19,6 +19,10 @@
  * Scalar metrics are one X-macro table (name, type, help); per-peer byte
  * counters and the round-duration histogram are built in. Names carry their
  * unit (_bytes, _seconds, _total for counters) as Prometheus recommends.
+ * Ages (autoloco_seconds_since_commit, autoloco_checkpoint_age_seconds,
+ * autoloco_peer_last_seen_age_seconds) are computed when a page is rendered
+ * from the stored unix times, so they keep growing while the site is stuck
+ * (what an alert needs); unix times are named *_timestamp_seconds.
  */
 
 /* X(id, name, type, help) */
@@ -39,7 +43,13 @@
       "seconds of communication that ran beside the next interval's training ([outer] overlap)")   \
     X(WAIT_S, "autoloco_wait_seconds_total", counter, "seconds spent waiting for peers")           \
     X(MEMBERS, "autoloco_members", gauge, "sites in the current membership")                       \
-    X(CKPT_AGE, "autoloco_checkpoint_age_seconds", gauge, "seconds since the last checkpoint")     \
+    X(CKPT_AGE, "autoloco_checkpoint_age_seconds", gauge,                                          \
+      "seconds since the last checkpoint (since the start before the first; at render time)")      \
+    X(SINCE_COMMIT, "autoloco_seconds_since_commit", gauge,                                        \
+      "seconds since this site last committed a round (since the start before the first; at "      \
+      "render time)")                                                                              \
+    X(NO_QUORUM, "autoloco_no_quorum", gauge,                                                      \
+      "1 while this site cannot reach a quorum of the configured sites (the health line), else 0") \
     X(BYTES_SENT, "autoloco_sent_bytes_total", counter, "bytes this site sent to peers")           \
     X(BYTES_RECV, "autoloco_received_bytes_total", counter, "bytes this site received")            \
     X(BYTES_RAW, "autoloco_uncompressed_bytes_total", counter,                                     \
@@ -94,7 +104,10 @@ typedef struct al_metrics {
     double peer_busy_s[AL_METRICS_MAX_PEERS]; /* seconds spent sending to each peer */
     double peer_up[AL_METRICS_MAX_PEERS];     /* 1 member, 0 left out, NAN not known yet */
     double peer_seen[AL_METRICS_MAX_PEERS]; /* unix seconds of its last round with us (0: never) */
-    char event_kind[8][16];                 /* membership / checkpoint events so far, by kind */
+    /* unix seconds of the last committed round and the last checkpoint (0:
+     * none yet): the ages in /metrics are computed from them when rendered */
+    double last_commit, last_ckpt;
+    char event_kind[8][16]; /* membership / checkpoint events so far, by kind */
     double event_count[8];
     int nkinds;
     double bucket[AL_METRICS_BUCKETS]; /* round durations: counts per bucket */

@@ -110,7 +110,10 @@ int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err) {
             m->cap = nc;
         }
     }
-    if (rc == 0) m->rounds[m->nrounds++] = *r;
+    if (rc == 0) {
+        m->rounds[m->nrounds++] = *r;
+        m->last_commit = r->t > 0 ? r->t : wall_now();
+    }
     pthread_mutex_unlock(&m->lock);
     return rc;
 }
@@ -122,6 +125,7 @@ char *al_metrics_event(al_metrics *m, const char *kind, const char *site, long r
     if (j == m->nkinds && m->nkinds < (int)AL_ARRAY_LEN(m->event_kind))
         snprintf(m->event_kind[m->nkinds++], sizeof m->event_kind[0], "%s", kind);
     if (j < m->nkinds) m->event_count[j] += 1;
+    if (strcmp(kind, "checkpoint") == 0) m->last_ckpt = wall_now();
     if (m->nevents == (int)AL_ARRAY_LEN(m->events)) { /* keep the newest */
         memmove(m->events[0], m->events[1], sizeof m->events - sizeof m->events[0]);
         m->nevents--;
@@ -195,33 +199,49 @@ static void sb_value(sbuf *b, double v) {
         sb_printf(b, "%.17g\n", v);
 }
 
+/* The scalar values with the ages filled in at time now (locked). */
+static void values_at(const al_metrics *m, double now, double v[AL_M_COUNT]) {
+    memcpy(v, m->v, sizeof m->v);
+    v[AL_M_CKPT_AGE] = now - (m->last_ckpt > 0 ? m->last_ckpt : m->started);
+    v[AL_M_SINCE_COMMIT] = now - (m->last_commit > 0 ? m->last_commit : m->started);
+    v[AL_M_NO_QUORUM] = strncmp(m->health, "no quorum", 9) == 0;
+}
+
 char *al_metrics_prometheus(al_metrics *m) {
     sbuf b = {malloc(8192), 0, 8192, 0};
     if (!b.p) return NULL;
     b.p[0] = '\0';
     pthread_mutex_lock(&m->lock);
+    double now = wall_now(), v[AL_M_COUNT];
+    values_at(m, now, v);
     for (int i = 0; i < AL_M_COUNT; i++) {
         sb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s{site=\"", DEFS[i].name, DEFS[i].help,
                   DEFS[i].name, DEFS[i].type, DEFS[i].name);
         sb_label(&b, m->site);
         sb_printf(&b, "\"} ");
-        sb_value(&b, m->v[i]);
+        sb_value(&b, v[i]);
     }
-    /* per peer: one table, one loop */
+    /* per peer: one table, one loop; age: the value is now minus the stored
+     * unix time (minus the start for a peer never seen) */
     static const struct {
         const char *name, *type, *help;
         size_t off;
+        int age;
     } PEER[] = {
         {"autoloco_peer_sent_bytes_total", "counter", "bytes sent to each peer",
-         offsetof(al_metrics, peer_sent)},
+         offsetof(al_metrics, peer_sent), 0},
         {"autoloco_peer_received_bytes_total", "counter", "bytes received from each peer",
-         offsetof(al_metrics, peer_recv)},
+         offsetof(al_metrics, peer_recv), 0},
         {"autoloco_peer_up", "gauge",
          "1 if the peer was a member of the last committed round, 0 if it was left out",
-         offsetof(al_metrics, peer_up)},
-        {"autoloco_peer_last_seen_seconds", "gauge",
+         offsetof(al_metrics, peer_up), 0},
+        {"autoloco_peer_last_seen_timestamp_seconds", "gauge",
          "unix time of the last round the peer committed with this site (0: never)",
-         offsetof(al_metrics, peer_seen)},
+         offsetof(al_metrics, peer_seen), 0},
+        {"autoloco_peer_last_seen_age_seconds", "gauge",
+         "seconds since the peer last committed a round with this site (since this site started "
+         "if never)",
+         offsetof(al_metrics, peer_seen), 1},
     };
     for (size_t d = 0; d < AL_ARRAY_LEN(PEER); d++) {
         const double *x = (const double *)((const char *)m + PEER[d].off);
@@ -234,7 +254,7 @@ char *al_metrics_prometheus(al_metrics *m) {
             sb_printf(&b, "\",peer=\"");
             sb_label(&b, m->peer[k]);
             sb_printf(&b, "\"} ");
-            sb_value(&b, x[k]);
+            sb_value(&b, PEER[d].age ? now - (x[k] > 0 ? x[k] : m->started) : x[k]);
         }
     }
     const char *ev = "autoloco_events_total";
@@ -342,11 +362,12 @@ void al_metrics_set_health(al_metrics *m, const char *text) {
 
 char *al_metrics_status_json(al_metrics *m) {
     pthread_mutex_lock(&m->lock);
-    double *v = m->v;
-    json_t *o = json_pack("{s:s, s:f, s:I, s:I, s:I, s:I}", "site", m->site, "uptime_s",
-                          wall_now() - m->started, "syncs", (json_int_t)v[AL_M_SYNCS], "step",
-                          (json_int_t)v[AL_M_INNER_STEPS], "h", (json_int_t)v[AL_M_INTERVAL],
-                          "members", (json_int_t)v[AL_M_MEMBERS]);
+    double now = wall_now(), v[AL_M_COUNT];
+    values_at(m, now, v);
+    json_t *o =
+        json_pack("{s:s, s:f, s:I, s:I, s:I, s:I}", "site", m->site, "uptime_s", now - m->started,
+                  "syncs", (json_int_t)v[AL_M_SYNCS], "step", (json_int_t)v[AL_M_INNER_STEPS], "h",
+                  (json_int_t)v[AL_M_INTERVAL], "members", (json_int_t)v[AL_M_MEMBERS]);
     json_object_set_new(o, "round", json_integer(m->nrounds ? m->rounds[m->nrounds - 1].round : 0));
     json_object_set_new(o, "health", json_string(m->health));
     json_object_set_new(o, "train_loss", num_or_null(v[AL_M_TRAIN_LOSS]));
@@ -383,6 +404,7 @@ char *al_metrics_status_json(al_metrics *m) {
         {"outer_lr_scale", v[AL_M_OUTER_LR_SCALE]},
         {"outer_mu", v[AL_M_OUTER_MU]},
         {"checkpoint_age_s", v[AL_M_CKPT_AGE]},
+        {"since_commit_s", v[AL_M_SINCE_COMMIT]},
     };
     for (size_t i = 0; i < AL_ARRAY_LEN(nums); i++)
         json_object_set_new(o, nums[i].k, num_or_null(nums[i].x));
