@@ -1,9 +1,12 @@
-/* cmd_agent.c -- `autoloco agent -c site.ini` and `autoloco config check FILE`. */
+/* cmd_agent.c -- `autoloco agent -c site.ini` and `autoloco config check FILE...` (one
+ * site, or the sites of one run together). */
 #include "al_agent.h"
 #include "al_cli.h"
 #include "al_store.h"
+#include "al_transport.h"
 
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void agent_usage(FILE *f) {
@@ -76,21 +79,153 @@ int al_cmd_agent(int argc, char **argv, al_err *err) {
     return rc;
 }
 
+/* "host:port" -> port (0 if none) and the host part into host. */
+static int split_addr(const char *addr, char *host, size_t cap) {
+    const char *colon = strrchr(addr, ':');
+    snprintf(host, cap, "%.*s", colon ? (int)(colon - addr) : (int)strlen(addr), addr);
+    return colon ? atoi(colon + 1) : 0;
+}
+
+static int wildcard(const char *host) {
+    return !host[0] || !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !strcmp(host, "[::]");
+}
+
+/* The checks across the sites of one run (n >= 2 files, each valid alone). */
+static int check_sites(al_config *c, char **file, int n, al_err *err) {
+    for (int i = 0; i < n; i++) {
+        /* names distinct, and each the CN of its certificate */
+        for (int j = 0; j < i; j++)
+            if (!strcmp(c[i].site_name, c[j].site_name))
+                return al_errf(err, AL_ECONFIG, "%s and %s: both are [site] name = %s", file[j],
+                               file[i], c[i].site_name);
+        if (!c[i].tls_insecure) {
+            char *pem, cn[AL_SITE_MAX + 1];
+            size_t len;
+            int rc = al_read_file(c[i].tls_cert, &pem, &len, err);
+            if (rc == 0) {
+                rc = al_cert_site(pem, len, cn, err);
+                free(pem);
+            }
+            if (rc == 0 && strcmp(cn, c[i].site_name) != 0)
+                rc = al_errf(err, AL_ECONFIG,
+                             "[tls] cert: %s names site '%s' (its CN), but [site] name = %s",
+                             c[i].tls_cert, cn, c[i].site_name);
+            if (rc) {
+                al_err_prefix(err, "%s", file[i]);
+                return rc;
+            }
+        }
+        /* the keys every site must share: against the first file */
+        char key[128], va[512], vb[512];
+        if (i > 0 && strcmp(c[0].site_run_id, c[i].site_run_id) != 0)
+            return al_errf(err, AL_ECONFIG, "[site] run_id differs: %s has %s, %s has %s", file[0],
+                           c[0].site_run_id, file[i], c[i].site_run_id);
+        if (i > 0 && al_config_run_diff(&c[0], &c[i], key, sizeof key, va, vb, sizeof va) != 0)
+            return al_errf(err, AL_ECONFIG,
+                           "%s differs: %s has %s, %s has %s (every site of a run must agree)", key,
+                           file[0], va, file[i], vb);
+        if (i > 0 && !c[0].tls_insecure && !c[i].tls_insecure) {
+            char h0[65], hi[65];
+            int rc = al_sha256_file(c[0].tls_ca, h0, err);
+            if (rc == 0) rc = al_sha256_file(c[i].tls_ca, hi, err);
+            if (rc) return rc;
+            if (strcmp(h0, hi) != 0)
+                return al_errf(err, AL_ECONFIG,
+                               "[tls] ca differs: %s has %s, %s has %s (not the same CA: the "
+                               "sites would refuse each other)",
+                               file[0], c[0].tls_ca, file[i], c[i].tls_ca);
+        }
+        if (i > 0 && c[0].tls_insecure != c[i].tls_insecure)
+            return al_errf(err, AL_ECONFIG, "[tls] insecure differs: %s has %ld, %s has %ld",
+                           file[0], c[0].tls_insecure, file[i], c[i].tls_insecure);
+        /* peers listed both ways, at the port the peer listens on */
+        for (int k = 0; k < c[i].peers.n; k++) {
+            const al_kv *kv = &c[i].peers.items[k];
+            int j = 0;
+            while (j < n && strcmp(c[j].site_name, kv->key) != 0) j++;
+            if (j == n)
+                return al_errf(err, AL_ECONFIG,
+                               "%s:%d: [peers] %s: no file given here has [site] name = %s",
+                               file[i], kv->line, kv->key, kv->key);
+            int back = 0;
+            for (int m = 0; m < c[j].peers.n; m++)
+                back |= !strcmp(c[j].peers.items[m].key, c[i].site_name);
+            if (!back)
+                return al_errf(
+                    err, AL_ECONFIG,
+                    "%s lists %s in [peers], but %s does not list %s: peers go both ways", file[i],
+                    kv->key, file[j], c[i].site_name);
+            char h1[256], h2[256];
+            int p1 = split_addr(kv->value, h1, sizeof h1),
+                p2 = split_addr(c[j].site_listen, h2, sizeof h2);
+            /* a site listening on loopback only is reachable at loopback only */
+            int loop1 = !strcmp(h1, "127.0.0.1") || !strcmp(h1, "localhost");
+            if (p1 != p2 || (!strcmp(h2, "127.0.0.1") && !loop1))
+                return al_errf(err, AL_ECONFIG,
+                               "%s:%d: [peers] %s = %s, but %s has [site] listen = %s", file[i],
+                               kv->line, kv->key, kv->value, file[j], c[j].site_listen);
+        }
+        if (c[i].peers.n != n - 1)
+            return al_errf(err, AL_ECONFIG,
+                           "%s: [peers] lists %d site(s), but %d files were given: every site "
+                           "lists all the others",
+                           file[i], c[i].peers.n, n);
+    }
+    /* ports distinct where two endpoints share a host (gRPC and dashboards) */
+    char host[2 * 64][256], what[2 * 64][700];
+    int port[2 * 64], ne = 0;
+    for (int i = 0; i < n && ne + 2 <= 2 * 64; i++) {
+        port[ne] = split_addr(c[i].site_listen, host[ne], sizeof host[0]);
+        snprintf(what[ne++], sizeof what[0], "%s: [site] listen = %s", file[i], c[i].site_listen);
+        if (c[i].dashboard_port > 0) {
+            snprintf(host[ne], sizeof host[0], "%s", c[i].dashboard_address);
+            port[ne] = (int)c[i].dashboard_port;
+            snprintf(what[ne++], sizeof what[0], "%s: [dashboard] port = %ld", file[i],
+                     c[i].dashboard_port);
+        }
+    }
+    for (int a = 0; a < ne; a++)
+        for (int b = 0; b < a; b++)
+            if (port[a] == port[b] &&
+                (!strcmp(host[a], host[b]) || wildcard(host[a]) || wildcard(host[b])))
+                return al_errf(err, AL_ECONFIG, "port %d used twice on %s: %s and %s", port[a],
+                               wildcard(host[a]) ? host[b] : host[a], what[b], what[a]);
+    return 0;
+}
+
 int al_cmd_config(int argc, char **argv, al_err *err) {
-    if (argc != 3 || strcmp(argv[1], "check") != 0) {
-        fprintf(stderr, "usage: autoloco config check SITE.ini\n");
+    if (argc < 3 || strcmp(argv[1], "check") != 0 || argc - 2 > 256) {
+        fprintf(stderr, "usage: autoloco config check SITE.ini [SITE.ini...]\n\n"
+                        "One file: that site alone. Several (every site of one run): also\n"
+                        "names distinct and each its certificate's CN, one CA, peers listed\n"
+                        "both ways at the ports they listen on, ports distinct on a shared host,\n"
+                        "and the keys every site must share agree (a difference is named with\n"
+                        "both values); prints the run hash the sites compare at start-up.\n");
         return AL_CLI_USAGE;
     }
-    al_config c;
-    int rc = al_config_init(&c, err);
-    if (rc == 0) rc = al_config_load(&c, argv[2], err);
-    if (rc == 0) rc = al_agent_check_config(&c, err);
-    if (rc == 0) {
-        char h[65];
-        al_config_hash(&c, h);
-        printf("%s: ok (site %s, %d peer(s), config hash %.16s)\n", argv[2], c.site_name, c.peers.n,
-               h);
+    int n = argc - 2, rc = 0, done = 0;
+    al_config *c = calloc((size_t)n, sizeof *c);
+    if (!c) return al_errf(err, AL_ENOMEM, "config check: out of memory");
+    for (; done < n && rc == 0; done++) {
+        rc = al_config_init(&c[done], err);
+        if (rc == 0) rc = al_config_load(&c[done], argv[2 + done], err);
+        if (rc == 0) rc = al_agent_check_config(&c[done], err);
+        if (rc && n > 1 && !strstr(err->msg, argv[2 + done]))
+            al_err_prefix(err, "%s", argv[2 + done]);
+        if (rc == 0) {
+            char h[65];
+            al_config_hash(&c[done], h);
+            printf("%s: ok (site %s, %d peer(s), config hash %.16s)\n", argv[2 + done],
+                   c[done].site_name, c[done].peers.n, h);
+        }
     }
-    al_config_free(&c);
+    if (rc == 0 && n > 1) rc = check_sites(c, argv + 2, n, err);
+    if (rc == 0 && n > 1) {
+        char h[65];
+        al_config_run_hash(&c[0], h);
+        printf("%d sites agree: run hash %.16s\n", n, h);
+    }
+    for (int i = 0; i < done; i++) al_config_free(&c[i]);
+    free(c);
     return rc;
 }

@@ -144,6 +144,11 @@ void al_config_hash(const al_config *c, char hex[65]);
 /* SHA-256 of the keys every site of a run must share (model, training recipe,
  * [outer], [policy]): what sites compare in their handshake. */
 void al_config_run_hash(const al_config *c, char hex[65]);
+/* The first of those keys on which a and b differ: key ("[policy] h_base")
+ * and both values ("(not set)" where one lacks the key). 1 if they differ, 0
+ * if the run hashes agree, -1 out of memory. */
+int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t kcap, char *va,
+                       char *vb, size_t vcap);
 /* The training recipe of [inner] and [data] packing as trainer options. */
 struct al_train_opts;
 int al_config_train_opts(const al_config *c, struct al_train_opts *o, al_err *err);

@@ -382,6 +382,83 @@ void al_config_run_hash(const al_config *c, char hex[65]) {
     free(d);
 }
 
+/* The run keys of c's dump as "section.key = value" lines, in place; returns
+ * the line count (at most cap) and points lines[] into d. */
+static int run_lines(char *d, char **lines, int cap) {
+    int n = 0;
+    for (char *line = d; *line && n < cap;) {
+        char *eol = strchr(line, '\n');
+        if (eol) *eol = '\0';
+        if (run_key(line)) lines[n++] = line;
+        if (!eol) break;
+        line = eol + 1;
+    }
+    return n;
+}
+
+/* "section.key = value" -> its key part's length */
+static size_t key_len(const char *line) {
+    const char *eq = strstr(line, " = ");
+    return eq ? (size_t)(eq - line) : strlen(line);
+}
+
+/* A dumped value for a message: numbers written %.17g shown as %.15g (0.003,
+ * not 0.0030000000000000001), anything else as it is. */
+static void shown(char *out, size_t cap, const char *v) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end != v && *end == '\0' && strchr(v, '.'))
+        snprintf(out, cap, "%.15g", x);
+    else
+        snprintf(out, cap, "%s", v);
+}
+
+int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t kcap, char *va,
+                       char *vb, size_t vcap) {
+    char *da = al_config_dump(a), *db = al_config_dump(b), *la[512], *lb[512];
+    if (!da || !db) {
+        free(da);
+        free(db);
+        return -1;
+    }
+    int na = run_lines(da, la, 512), nb = run_lines(db, lb, 512), found = 0;
+    /* every key of a against b, then b's keys a lacks */
+    for (int pass = 0; pass < 2 && !found; pass++) {
+        char **x = pass ? lb : la, **y = pass ? la : lb;
+        int nx = pass ? nb : na, ny = pass ? na : nb;
+        for (int i = 0; i < nx && !found; i++) {
+            size_t kl = key_len(x[i]);
+            const char *other = NULL;
+            for (int j = 0; j < ny && !other; j++)
+                if (key_len(y[j]) == kl && !strncmp(x[i], y[j], kl)) other = y[j];
+            const char *vx = x[i][kl] ? x[i] + kl + 3 : "";
+            if (other && !strcmp(vx, other[kl] ? other + kl + 3 : "")) continue;
+            found = 1;
+            const char *dot = memchr(x[i], '.', kl);
+            size_t sl = dot ? (size_t)(dot - x[i]) : 0;
+            snprintf(key, kcap, "[%.*s] %.*s", (int)sl, x[i], (int)(kl - sl - (dot != NULL)),
+                     x[i] + sl + (dot != NULL));
+            const char *vo = other ? (other[kl] ? other + kl + 3 : "") : "(not set)";
+            shown(pass ? vb : va, vcap, vx);
+            shown(pass ? va : vb, vcap, vo);
+        }
+    }
+    if (!found) { /* the same keys and values: the order of an open section differs */
+        char ha[65], hb[65];
+        al_config_run_hash(a, ha);
+        al_config_run_hash(b, hb);
+        if (strcmp(ha, hb) != 0) {
+            found = 1;
+            snprintf(key, kcap, "[policy]");
+            snprintf(va, vcap, "the same keys in another order (the run hash counts their order)");
+            snprintf(vb, vcap, "%s", va);
+        }
+    }
+    free(da);
+    free(db);
+    return found;
+}
+
 void al_config_print_help(FILE *f) {
     const char *last = "";
     for (size_t i = 0; i < NKEYS; i++) {
