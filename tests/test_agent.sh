@@ -20,18 +20,43 @@
 # the simulator of section 3 too), AL_TEST_FRAGMENTS=F with F fragments
 # (overlap = streaming; default 16), AL_TEST_TAU=half|sync its [outer]
 # overlap_steps; AL_TEST_SECTIONS="2 2c 3" runs only the
-# sections with those tags (the "# ---- TAG." headers below).
+# sections with those tags (the "# ---- TAG." headers below), side by side,
+# AL_TEST_JOBS (default 4) at a time. Each section stands alone: it makes its
+# own runs and checkpoints.
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ -n ${AL_TEST_SECTIONS:-} && -z ${AL_TEST_FILTERED:-} ]]; then
-    filtered=$(mktemp /tmp/test_agent.XXXXXX.sh)
-    # keep the preamble (up to section 1), the chosen sections, and the end
-    awk -v want=" $AL_TEST_SECTIONS " '
-        /^# ---- [0-9a-z]+\. / { tag = $3; sub(/\.$/, "", tag); keep = index(want, " " tag " ") > 0; started = 1 }
-        /^al_test_end/ { keep = 1 }
-        !started || keep' "$0" >"$filtered"
-    AL_TEST_FILTERED=1 AL_TEST_HERE=$here bash "$filtered" "$@"
-    rc=$?
-    rm -f "$filtered"
+    # Each chosen section runs as its own script (the preamble, the section,
+    # the end) in its own process and folder, AL_TEST_JOBS of them at a time
+    # (default 4: they mostly wait on rounds and timers); their outputs follow
+    # in the order asked, and the counts add up.
+    out=$(mktemp -d /tmp/test_agent.XXXXXX)
+    trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$out"' EXIT
+    t0=$SECONDS
+    for tag in $AL_TEST_SECTIONS; do
+        while (($(jobs -rp | wc -l) >= ${AL_TEST_JOBS:-4})); do wait -n; done
+        awk -v want="$tag" '
+            /^# ---- [0-9a-z]+\. / { t = $3; sub(/\.$/, "", t); keep = t == want; started = 1 }
+            /^al_test_end/ { keep = 1 }
+            !started || keep' "$0" >"$out/$tag.sh"
+        (
+            s=$SECONDS
+            AL_TEST_FILTERED=1 AL_TEST_HERE=$here bash "$out/$tag.sh" "$@" >"$out/$tag.log" 2>&1
+            echo "$? $((SECONDS - s))" >"$out/$tag.rc"
+        ) &
+    done
+    wait
+    rc=0 pass=0 fail=0
+    for tag in $AL_TEST_SECTIONS; do
+        read -r r t <"$out/$tag.rc" || r=1
+        echo "---- section $tag: status $r, ${t:-?} s"
+        grep -v ' passed, [0-9]* failed$' "$out/$tag.log"
+        n=$(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$out/$tag.log" | tail -n 1)
+        np=${n% *} nf=${n#* }
+        pass=$((pass + ${np:-0})) fail=$((fail + ${nf:-1})) # (no count line: it ended early)
+        [[ $r == 0 && -n $n ]] || rc=1
+    done
+    echo "---- sections $AL_TEST_SECTIONS: $((SECONDS - t0)) s"
+    echo "$pass passed, $fail failed"
     exit $rc
 fi
 . "${AL_TEST_HERE:-$here}/shell_lib.sh"
@@ -130,6 +155,31 @@ await() {
 }
 
 hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["theta_hash"])' "$1" 2>/dev/null; }
+
+# run2 DIR [resume] -- sites a and b of DIR to the end (resume: each from its
+# checkpoints); status 0 if both end with 0
+run2() {
+    local dir=$1 s
+    for s in a b; do
+        if [[ ${2:-} == resume ]]; then start $dir $s --resume $dir/run-$s; else start $dir $s; fi
+    done
+    await "$PID_a" 400 && await "$PID_b" 400
+}
+# stop2 DIR ROUND DELAY -- start a and b; DELAY s after both logged round
+# ROUND, SIGTERM to both at once: each finishes the round in progress with the
+# other, saves and ends (status 0 if both end with 0). DELAY puts the signal
+# in the middle of the next interval, so both are in the same round.
+stop2() {
+    local dir=$1 r=$2 ra=0
+    start $dir a
+    start $dir b
+    for _ in $(seq 1 300); do grep -q "round $r |" $dir/a.log 2>/dev/null && grep -q "round $r |" $dir/b.log 2>/dev/null && break; sleep 0.1; done
+    sleep "$3"
+    kill -TERM "$PID_a" "$PID_b"
+    await "$PID_a" 60 || ra=1
+    await "$PID_b" 60 || ra=1
+    return $ra
+}
 
 # ---- 1. three sites, two workers each -------------------------------------------
 PORTS=($(port) $(port) $(port))
@@ -482,30 +532,6 @@ else
 fi
 
 # ---- 3. exact resume ---------------------------------------------------------------
-# run2 DIR [resume] -- sites a and b of DIR to the end (resume: each from its
-# checkpoints); status 0 if both end with 0
-run2() {
-    local dir=$1 s
-    for s in a b; do
-        if [[ ${2:-} == resume ]]; then start $dir $s --resume $dir/run-$s; else start $dir $s; fi
-    done
-    await "$PID_a" 400 && await "$PID_b" 400
-}
-# stop2 DIR ROUND DELAY -- start a and b; DELAY s after both logged round
-# ROUND, SIGTERM to both at once: each finishes the round in progress with the
-# other, saves and ends (status 0 if both end with 0). DELAY puts the signal
-# in the middle of the next interval, so both are in the same round.
-stop2() {
-    local dir=$1 r=$2 ra=0
-    start $dir a
-    start $dir b
-    for _ in $(seq 1 300); do grep -q "round $r |" $dir/a.log 2>/dev/null && grep -q "round $r |" $dir/b.log 2>/dev/null && break; sleep 0.1; done
-    sleep "$3"
-    kill -TERM "$PID_a" "$PID_b"
-    await "$PID_a" 60 || ra=1
-    await "$PID_b" 60 || ra=1
-    return $ra
-}
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r4 $s "a b"; done
 run2 r4 || no "uninterrupted run failed: $(tail -n 2 r4/*.log)"
@@ -689,6 +715,23 @@ if [[ ${AL_TEST_OVERLAP:-none} == streaming ]]; then
 fi
 
 # ---- 4. bad input ------------------------------------------------------------------
+# The checkpoints the checks below damage come from two short runs of this
+# section's own (so that it runs apart from the others): r4ck, two sites of
+# the demo preset saving every round, and r4ckw, two tiny sites of 2 workers;
+# r4tiny/a.ini is a tiny site's configuration.
+PORTS=($(port) $(port))
+for s in a b; do PRESET=demo STEPS=30 H=10 EVERY=1 conf r4ck $s "a b"; done
+start r4ck a
+start r4ck b
+ck_pids=("$PID_a" "$PID_b")
+PORTS=($(port) $(port))
+for s in a b; do WORKERS=2 STEPS=20 H=10 EVERY=1 conf r4ckw $s "a b"; done
+conf r4tiny a "a b"
+start r4ckw a
+start r4ckw b
+for p in "${ck_pids[@]}" "$PID_a" "$PID_b"; do
+    await "$p" 300 || no "section 4's checkpoint runs failed: $(tail -n 2 r4ck/*.log r4ckw/*.log)"
+done
 # expect_err STATUS PATTERN -- CMD...: one error line matching PATTERN
 expect_err() {
     local pat=$1
@@ -735,7 +778,8 @@ for _ in $(seq 1 300); do grep -q listening r7/a.log 2>/dev/null && break; sleep
 # whichever side shakes hands first refuses, naming the other
 out=$(timeout 60 "$bin" agent -c r7/b.ini 2>&1)
 rc=$?
-await "$PID_a" 30
+# (a refusing site ends at once; a refused one waits on for a peer that fits)
+await "$PID_a" 5
 if [[ $rc -ne 0 ]] && grep -qE "site (a|b) runs a different configuration \(run hash" <<<"$out
 $(cat r7/a.log)"; then
     ok "a peer with another run configuration is refused: $(printf '%s\n%s\n' "$out" "$(cat r7/a.log)" | grep -o 'site . runs a different configuration (run hash [0-9a-f]*' | head -n 1)"
@@ -755,7 +799,9 @@ PORTS=($(port) $(port))
 DEADLINE=2 conf r9 a "a b"
 sed -i 's/^\[round\]$/[round]\nmin_sites = 2/' r9/a.ini
 start r9 a
-sleep 8
+# (it decides after one deadline, 2 s, and says so; a moment later it still waits)
+for _ in $(seq 1 300); do grep -q "waiting for \[round\] min_sites" r9/a.log 2>/dev/null && break; sleep 0.1; done
+sleep 1
 kill -TERM "$PID_a"
 await "$PID_a" 20
 rc=$?
@@ -768,9 +814,11 @@ fi
 # and b freeze (SIGSTOP). SIGTERM ends c with status 0 once the pull in flight
 # gives up (3 tries of deadline_s), or, if the pull was done, once the round
 # it cannot commit alone has had its time (2 deadlines + peer_timeout_s);
-# before, it waited out the join's timeout (4 deadlines + 60 s) and exited 1
+# before, it waited out the join's timeout (4 deadlines + 60 s) and exited 1.
+# (deadline_s 3 s, unless a sanitized run asks for more)
+jd=${AL_TEST_DEADLINE:-3}
 PORTS=($(port) $(port) $(port))
-for s in a b c; do STEPS=4000 conf r9j $s "a b c"; done
+for s in a b c; do STEPS=4000 DEADLINE=$jd conf r9j $s "a b c"; done
 start r9j a
 start r9j b
 for _ in $(seq 1 600); do grep -q "round 2 |" r9j/a.log 2>/dev/null && break; sleep 0.1; done
@@ -780,7 +828,6 @@ kill -STOP "$PID_a" "$PID_b"
 sleep 1
 kill -TERM "$PID_c"
 tj=$(date +%s)
-jd=${AL_TEST_DEADLINE:-5}
 await "$PID_c" $((3 * jd + 30))
 rc=$?
 tj=$(($(date +%s) - tj))
@@ -795,7 +842,7 @@ fi
 # a checkpoint whose counters are malformed (with a matching SHA-256, so it
 # passes the integrity check) is refused with the counter's name
 mkdir -p r5bad
-cp -r "$(ls -d r5/run-b/step-* | sort | tail -n 1)" r5bad/
+cp -r "$(ls -d r4ck/run-b/step-* | sort | tail -n 1)" r5bad/
 /usr/bin/python3 - r5bad/step-* <<'EOF'
 import hashlib, json, sys
 d = sys.argv[1]
@@ -806,14 +853,14 @@ m = json.load(open(f"{d}/manifest.json"))
 m["files"]["agent.json"] = hashlib.sha256(open(f"{d}/agent.json", "rb").read()).hexdigest()
 open(f"{d}/manifest.json", "w").write(json.dumps(m))
 EOF
-expect_err "counter autoloco_syncs_total: not a finite number >= 0" -- "$bin" agent -c r5/b.ini --resume r5bad
+expect_err "counter autoloco_syncs_total: not a finite number >= 0" -- "$bin" agent -c r4ck/b.ini --resume r5bad
 
 # [outer] overlap's record of the next interval (agent.json overlap_interval):
 # refused by a configuration without overlap, and refused when malformed
 # (both with a matching SHA-256, as above)
-ovck() { # ovck DIR STATE -- r5/run-b's newest checkpoint into DIR with that record
+ovck() { # ovck DIR STATE -- r4ck/run-b's newest checkpoint into DIR with that record
     mkdir -p "$1"
-    cp -r "$(ls -d r5/run-b/step-* | sort | tail -n 1)" "$1/"
+    cp -r "$(ls -d r4ck/run-b/step-* | sort | tail -n 1)" "$1/"
     /usr/bin/python3 - "$1"/step-* "$2" <<'EOF2'
 import hashlib, json, sys
 d = sys.argv[1]
@@ -827,19 +874,19 @@ EOF2
 }
 ovck r5ov pending
 expect_err "saved with \[outer\] overlap on .*this configuration has overlap = none" -- \
-    "$bin" agent -c r5/b.ini --resume r5ov --set outer.overlap=none
+    "$bin" agent -c r4ck/b.ini --resume r5ov --set outer.overlap=none
 ovck r5ovbad halfway
 expect_err "overlap_interval: expected .*pending.*trained" -- \
-    "$bin" agent -c r5/b.ini --resume r5ovbad --set outer.overlap=delayed
+    "$bin" agent -c r4ck/b.ini --resume r5ovbad --set outer.overlap=delayed
 # "trained" without the interval's start beside it (interval_start.bin)
 ovck r5ovtr trained
-expect_err "interval_start.bin" -- "$bin" agent -c r5/b.ini --resume r5ovtr --set outer.overlap=delayed
+expect_err "interval_start.bin" -- "$bin" agent -c r4ck/b.ini --resume r5ovtr --set outer.overlap=delayed
 
 # [outer] overlap = streaming's schedule (agent.json "stream"): refused by a
 # configuration without it, required by one with it, and checked
-stck() { # stck DIR JSON -- r5/run-b's newest checkpoint into DIR, "stream" set to JSON (null: none)
+stck() { # stck DIR JSON -- r4ck/run-b's newest checkpoint into DIR, "stream" set to JSON (null: none)
     mkdir -p "$1"
-    cp -r "$(ls -d r5/run-b/step-* | sort | tail -n 1)" "$1/"
+    cp -r "$(ls -d r4ck/run-b/step-* | sort | tail -n 1)" "$1/"
     /usr/bin/python3 - "$1"/step-* "$2" <<'EOF2'
 import hashlib, json, sys
 d = sys.argv[1]
@@ -857,20 +904,20 @@ EOF2
 good='{"fragments": 2, "sr_step": 0, "lr_cum": 0.0, "lr_at": [0.0, 0.0], "step_at": [0, 0], "fsq": [0.0, 0.0], "comm_prev": 0.0, "comm_cur": 0.0, "sum": [0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0.0], "pend": [-1, 0, 0]}'
 stck r5st "$good"
 expect_err "saved with \[outer\] overlap = streaming; this configuration has overlap = none" -- \
-    "$bin" agent -c r5/b.ini --resume r5st --set outer.overlap=none
+    "$bin" agent -c r4ck/b.ini --resume r5st --set outer.overlap=none
 expect_err "saved with 2 fragments, \[outer\] fragments is 16" -- \
-    "$bin" agent -c r5/b.ini --resume r5st --set outer.overlap=streaming --set outer.fragments=16
+    "$bin" agent -c r4ck/b.ini --resume r5st --set outer.overlap=streaming --set outer.fragments=16
 stck r5stnone null
 expect_err "'stream': missing or malformed \(overlap = streaming\)" -- \
-    "$bin" agent -c r5/b.ini --resume r5stnone --set outer.overlap=streaming --set outer.fragments=2
+    "$bin" agent -c r4ck/b.ini --resume r5stnone --set outer.overlap=streaming --set outer.fragments=2
 stck r5stbad "${good/0], \"fsq/-5], \"fsq}"
 expect_err "'stream': fragment 1: lr_at, step_at \(>= 0\) and fsq must be numbers" -- \
-    "$bin" agent -c r5/b.ini --resume r5stbad --set outer.overlap=streaming --set outer.fragments=2
+    "$bin" agent -c r4ck/b.ini --resume r5stbad --set outer.overlap=streaming --set outer.fragments=2
 
 # a 2-worker site refuses a checkpoint without the workers' state (one written
 # before it was saved: its data position is not theirs), naming the manifest
 mkdir -p r5wold
-cp -r "$(ls -d r5w/run-a/step-* | sort | tail -n 1)" r5wold/
+cp -r "$(ls -d r4ckw/run-a/step-* | sort | tail -n 1)" r5wold/
 python3 - r5wold/step-* <<'EOF'
 import json, sys
 f = sys.argv[1] + "/manifest.json"
@@ -878,19 +925,25 @@ m = json.load(open(f))
 del m["workers"]
 json.dump(m, open(f, "w"))
 EOF
-expect_err "r5wold/step-[0-9]+/manifest.json: no worker state .*cannot resume 2 workers exactly" -- "$bin" agent -c r5w/a.ini --resume r5wold
+expect_err "r5wold/step-[0-9]+/manifest.json: no worker state .*cannot resume 2 workers exactly" -- "$bin" agent -c r4ckw/a.ini --resume r5wold
 
 # checkpoints: a flipped bit falls back to the previous one; another preset is refused
-ck=r2-interval/run-a
+# (a copy of r4ck/run-a's checkpoints, resumed into its own folder: without
+# r4ck/run-a's vote.json, whose vote for the last round, found again with
+# quorum = any, would have this lone site wait for that round's state from a
+# peer until the timeout)
+ck=r4corrupt
+mkdir -p $ck
+cp -r r4ck/run-a/step-* $ck/
 last=$(ls -d $ck/step-* | sort | tail -n 1)
 python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(3000); b=f.read(1); f.seek(3000); f.write(bytes([b[0]^1]))' "$last/model.safetensors"
-timeout 300 "$bin" agent -c r2-interval/a.ini --resume $ck --set round.deadline_s=1 --set round.quorum=any >r6/resume.log 2>&1
+timeout 300 "$bin" agent -c r4ck/a.ini --resume $ck --set checkpoint.dir=$ck --set round.deadline_s=1 --set round.quorum=any >r6/resume.log 2>&1
 if grep -q "skipping checkpoint .*SHA-256 mismatch" r6/resume.log && grep -q "resumed from" r6/resume.log &&
     [[ $(ls -d $ck/step-* | wc -l) -ge 2 ]]; then
     ok "corrupt newest checkpoint: skipped with a warning, resumed from the previous one"
 else
     no "corrupt checkpoint: $(head -n 4 r6/resume.log)"
 fi
-expect_err "checkpoint of preset 'demo'" -- "$bin" agent -c r1/a.ini --resume $ck --set round.deadline_s=1
+expect_err "checkpoint of preset 'demo'" -- "$bin" agent -c r4tiny/a.ini --resume $ck --set round.deadline_s=1
 
 al_test_end

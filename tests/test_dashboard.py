@@ -63,7 +63,7 @@ def points(drv, chart):
 # the browser first: a cold Chromium can take longer to start than a short
 # demo takes to finish, and the dashboard lives only while its agent runs
 drv = browser()
-demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "400",
+demo = subprocess.Popen([autoloco, "demo", "--sites", "2", "--workers", "1", "--steps", "240",
                          "--h-base", "16", "--overlap", "delayed-mid", "--dir", f"{tmp}/run", "--json"],
                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 url = None
