@@ -37,6 +37,7 @@ AGENT_RANK = {
     "agent_stream": 1,   # streaming's fragment schedule
     "agent_net": 2,      # server hooks, the exchange, state pulls
     "agent_ckpt": 2,     # checkpoints
+    "agent_hard": 2,     # the protocol's hard state: votes, candidates, commits
     "agent_train": 2,    # the interval's training (inline or its own thread)
     "agent_hb": 3,       # heartbeats (send statistics through agent_net)
     "agent_machine": 4,  # the driver's side of the round machine

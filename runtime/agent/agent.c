@@ -141,6 +141,12 @@ static void parse_faults(agent *a) {
     if (fault && !strncmp(fault, "nanmerge:", 9)) a->fault_nanmerge = atol(fault + 9);
     if (fault && !strncmp(fault, "corrupt:", 8)) a->fault_corrupt = atol(fault + 8);
     if (fault && !strncmp(fault, "freeze:", 7)) a->fault_freeze = atol(fault + 7);
+    a->fault_pause_round = -1;
+    const char *colon = fault && !strncmp(fault, "pause:", 6) ? strchr(fault + 6, ':') : NULL;
+    if (colon && colon - (fault + 6) < (long)sizeof a->fault_pause) {
+        memcpy(a->fault_pause, fault + 6, (size_t)(colon - (fault + 6)));
+        a->fault_pause_round = atol(colon + 1);
+    }
 }
 
 /* W > 1: the ODC engine over the workers (forked later, start_workers), fed by

@@ -84,6 +84,7 @@ static int counters_load(agent *a, json_t *j, const char *f, al_err *err) {
 
 static int write_extra(void *ctx, int i, const char *path, al_err *err) {
     agent *a = ctx;
+    if (i == 0) ag_fault_pause(a, "ckpt", a->round); /* (test hook: halfway through a save) */
     if (i == 0) return al_outer_save(&a->outer, path, err);
     if (i == 2) return al_write_file_sync(path, a->from, a->P * sizeof(float), err);
     char pol[2048] = "";

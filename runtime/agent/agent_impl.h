@@ -13,6 +13,7 @@
  *   1  agent_stream.c   streaming's schedule of fragments
  *   2  agent_net.c      server hooks, the Δ exchange, state pulls, the handshake
  *      agent_ckpt.c     checkpoints (the trainer's, outer.bin, agent.json)
+ *      agent_hard.c     the protocol's hard state: votes, candidates, commits
  *      agent_train.c    the interval's training, inline or on its own thread
  *   3  agent_hb.c       heartbeats and failure detection
  *   4  agent_machine.c  the driver's side of the round machine
@@ -118,6 +119,30 @@ typedef struct ag_snapshot {
     int refs;   /* replies streaming it (under mu); freed at 0 once superseded */
 } ag_snapshot;
 
+/* The round protocol's hard state (agent_hard.c writes it to hard.json
+ * before anything shows it): what the machine's safety argument assumes a
+ * site never forgets, across crashes and restarts from older checkpoints. */
+#define AG_HARD_LOG 64
+typedef struct ag_hard_entry {
+    long round;         /* committed ... */
+    al_round_hash hash; /* ... with this θ_global (the base of round + 1) */
+    long h, step;       /* the interval it trained and the inner steps after it */
+    uint32_t members;
+} ag_hard_entry;
+typedef struct ag_hard {
+    long committed;                 /* the round after the last committed one (-1: none) */
+    al_round_hash base;             /* θ_global it starts from (commit-<committed>.bin) */
+    long step, h;                   /* inner steps done at its start, and its H */
+    char policy[2048];              /* the policy's state then */
+    ag_hard_entry log[AG_HARD_LOG]; /* committed rounds since the last checkpoint */
+    int nlog;
+    al_round_vote vote;     /* the last vote and promise (round -1: none) */
+    long held_round;        /* the candidate of that round's last hash vote (-1: none), */
+    al_round_value held;    /* in candidate.bin, with the decision it came with: */
+    long held_h_next;       /* the next H, */
+    char held_policy[2048]; /* the policy's state after it */
+} ag_hard;
+
 typedef struct agent {
     const al_config *cfg;
     al_log log;
@@ -155,6 +180,7 @@ typedef struct agent {
     al_quorum quorum;                 /* [round] quorum */
     const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
     int resumed;                      /* started with --resume: the persisted vote counts */
+    ag_hard hard;                     /* the hard state as on disk (agent_hard.c) */
     int finished;                     /* the last commit is done (budget or signal): linger */
     double linger_until;              /* ... until the peers saw it, at most this long */
     al_outer cand;                    /* the candidate outer state beside a->outer */
@@ -281,6 +307,10 @@ typedef struct agent {
     long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
                                   * the merge of round R's fragment starts from */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
+    /* AL_FAULT=pause:MOMENT:R: SIGSTOP at MOMENT of round R (train, exchange,
+     * vote, apply, ckpt; ag_fault_pause), for a test to SIGKILL every site there */
+    char fault_pause[16];
+    long fault_pause_round;
     /* robust aggregation: members of the committed round whose Δ was left out
      * of the mean ([outer] max_delta_ratio) */
     int excluded[AG_MAX_SITES];
@@ -333,6 +363,16 @@ static inline void ag_heard(agent *a, int i) {
 /* Is peer i down (no heartbeat answered for peer_timeout_s)? Under a->mu. */
 static inline int ag_down(const agent *a, int i) {
     return a->down[i];
+}
+
+/* Test hook AL_FAULT=pause:MOMENT:R: at MOMENT of round R, say so and stop
+ * (SIGSTOP) so that a test can kill every site there at the same instant. */
+static inline void ag_fault_pause(agent *a, const char *moment, long round) {
+    if (round != a->fault_pause_round || strcmp(moment, a->fault_pause) != 0) return;
+    al_logf(&a->log, AL_LOG_INFO, "site %s: fault: paused at %s of round %ld", a->name[a->self],
+            moment, round);
+    fflush(NULL);
+    raise(SIGSTOP);
 }
 
 /* θ_local: the trainer's parameters (W = 1) or the workers' shared ones. */

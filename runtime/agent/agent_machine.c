@@ -6,13 +6,16 @@
  * machine and carries out its actions. */
 #include "agent_machine.h"
 #include "agent_events.h"
+#include "agent_hard.h"
 #include "agent_hash.h"
 #include "agent_net.h"
+#include "agent_train.h"
 
 #include <jansson.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- hashes and statuses -------------------------------------------------------------- */
 
@@ -77,33 +80,32 @@ void ag_feed(agent *a, al_round_event *ev) {
             (unsigned long long)s.epoch, al_round_phase_name(a->rm.phase), s.vote, a->rm.members);
 }
 
-/* ---- the persisted vote ---------------------------------------------------------------- */
+/* ---- the hard state: votes, candidates, commits ---------------------------------------- */
 
-static void vote_path(const agent *a, char *p, size_t n) {
-    snprintf(p, n, "%s/vote.json", a->cfg->checkpoint_dir);
-}
-
+/* AL_ACT_PERSIST_VOTE: the vote (or promise) into hard.json, and for a hash
+ * vote the candidate it names into candidate.bin first (once per candidate),
+ * with the decision that came with it: a quorum of voters is then a quorum of
+ * durable copies of what they commit. */
 int ag_vote_save(agent *a, const al_round_vote *v, al_err *err) {
-    char path[4200], hx[65];
-    vote_path(a, path, sizeof path);
-    ag_hash_hex(&v->value.hash, hx);
-    json_t *j = json_pack("{s:s, s:I, s:I, s:i, s:s, s:I}", "run", a->run_hash, "round",
-                          (json_int_t)v->round, "epoch", (json_int_t)v->epoch, "vote", v->vote,
-                          "hash", hx, "members", (json_int_t)v->value.members);
-    char *js = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    int rc = js ? al_write_file_sync(path, js, strlen(js), err)
-                : al_errf(err, AL_ENOMEM, "vote: out of memory");
-    free(js);
+    ag_hard *h = &a->hard;
+    int rc = 0;
+    if (v->vote == AL_VOTE_HASH && a->have_cand && !memcmp(a->cand_h.b, v->value.hash.b, 32) &&
+        (h->held_round != v->round || memcmp(h->held.hash.b, v->value.hash.b, 32))) {
+        if ((rc = ag_hard_save_candidate(a, err))) return rc;
+        h->held_round = v->round;
+        h->held = v->value;
+        h->held_h_next = (long)a->cand_d.h_next;
+        al_policy_save(a->pol, h->held_policy, sizeof h->held_policy); /* (after the decision) */
+    }
+    h->vote = *v;
+    rc = ag_hard_save(a, err);
     return rc ? al_err_prefix(err, "persisting the vote of round %ld", v->round) : 0;
 }
 
-/* The last vote this site persisted, on --resume: its promise not to vote
- * otherwise in that (round, epoch). None if absent or of another run. */
-static void vote_load(agent *a, al_round_vote *v) {
-    v->round = -1;
+/* An older agent's vote.json (before hard.json): its last vote, read once. */
+static void vote_load_legacy(agent *a, al_round_vote *v) {
     char path[4200];
-    vote_path(a, path, sizeof path);
+    snprintf(path, sizeof path, "%s/vote.json", a->cfg->checkpoint_dir);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     const char *run = NULL, *hx = NULL;
@@ -118,11 +120,156 @@ static void vote_load(agent *a, al_round_vote *v) {
         v->epoch = (uint64_t)e;
         v->vote = vote;
         v->value.members = (uint32_t)mem;
-    } else if (j) {
-        al_logf(&a->log, AL_LOG_WARN, "site %s: %s is not a vote of this run: ignored",
-                a->name[a->self], path);
     }
     json_decref(j);
+}
+
+/* θ_global := commit-<round>.bin, checked against the hash it was committed with. */
+static int commit_load(agent *a, long round, const al_round_hash *want, al_err *err) {
+    char p[4300];
+    ag_hard_path(a, NULL, round, p, sizeof p);
+    int rc = al_outer_load(&a->outer, p, &a->outer.cfg, err);
+    if (rc) return rc;
+    a->outer_h_ok = 0;
+    al_round_hash got;
+    ag_outer_hash(a, &got, 1);
+    if (memcmp(got.b, want->b, 32) != 0) {
+        char g[65], w[65];
+        ag_hash_hex(&got, g);
+        ag_hash_hex(want, w);
+        return al_errf(err, AL_EINTEGRITY, "%s: theta %.16s, committed as %.16s", p, g, w);
+    }
+    return 0;
+}
+
+/* --resume: the checkpoint (round c) and the hard state (committed R) agree.
+ * c < R: the site replays its own intervals c .. R-1, each from the θ_global
+ * its round started from (the checkpoint's, then commit-<r>.bin), checking
+ * every replayed step count and θ against the log: the trainer's state,
+ * AdamW's moments and the data position end where the uninterrupted run's
+ * were (bitwise: the run is deterministic). Where a file or log entry is
+ * missing (a checkpoint older than the log, overlap, streaming) it takes
+ * commit-<R>.bin as θ_global directly, as a pull would, and says so. Either
+ * way no round below R is decided again. */
+static int reconcile(agent *a, al_err *err) {
+    ag_hard *h = &a->hard;
+    long c = a->round;
+    if (h->committed < 0) return 0;
+    if (h->committed < c) { /* a checkpoint is written after its commit is: not expected */
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: the checkpoint (round %ld) is ahead of the hard state (round %ld): "
+                "going on from the checkpoint",
+                a->name[a->self], c, h->committed);
+        return 0;
+    }
+    if (h->committed == c) return 0;
+    int replay = !a->overlap && !a->sm.F && a->iv.steps == 0;
+    for (long r = c; replay && r < h->committed; r++) {
+        const ag_hard_entry *e = NULL;
+        for (int i = 0; i < h->nlog; i++)
+            if (h->log[i].round == r) e = &h->log[i];
+        char p[4300];
+        ag_hard_path(a, NULL, r + 1, p, sizeof p);
+        if (!e || e->h < 1 || access(p, R_OK) != 0) replay = 0;
+    }
+    int rc = 0;
+    if (replay) {
+        al_logf(&a->log, AL_LOG_INFO,
+                "site %s: the checkpoint is at round %ld, the hard state at round %ld: replaying "
+                "this site's intervals of rounds %ld..%ld from the commit log",
+                a->name[a->self], c, h->committed, c, h->committed - 1);
+        for (long r = c; r < h->committed && rc == 0; r++) {
+            const ag_hard_entry *e = NULL;
+            for (int i = 0; i < h->nlog; i++)
+                if (h->log[i].round == r) e = &h->log[i];
+            memset(&a->iv, 0, sizeof a->iv);
+            rc = ag_interval_run(a, r, e->h, &a->iv, &a->step, err);
+            if (rc == 0 && a->step != e->step)
+                rc = al_errf(err, AL_EINTEGRITY,
+                             "replaying round %ld: %ld inner steps, the log says %ld", r, a->step,
+                             e->step);
+            if (rc == 0) rc = commit_load(a, r + 1, &e->hash, err);
+            if (rc == 0) {
+                a->round = r + 1;
+                if (a->nh < (int)AL_ARRAY_LEN(a->h_hist)) a->h_hist[a->nh++] = e->h;
+                for (int k = 0; k < a->nsites; k++) a->live[k] = (int)(e->members >> k & 1);
+                ag_local_from_global(a);
+            }
+        }
+        memset(&a->iv, 0, sizeof a->iv); /* (round committed-1's interval: done) */
+    } else {
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: the checkpoint is at round %ld, the hard state at round %ld: taking "
+                "the committed theta_global of round %ld from %s/commit-%08ld.bin (the inner "
+                "optimizer's state stays the checkpoint's)",
+                a->name[a->self], c, h->committed, h->committed, a->cfg->checkpoint_dir,
+                h->committed);
+        rc = commit_load(a, h->committed, &h->base, err);
+        if (rc == 0) {
+            a->round = h->committed;
+            a->step = h->step;
+            ag_bg_discard(a, 0);
+            a->bg_pending = a->bg_trained = 0;
+            memset(&a->iv, 0, sizeof a->iv);
+            ag_local_from_global(a);
+        }
+    }
+    if (rc == 0) {
+        a->h = h->h;
+        rc = al_policy_load(a->pol, h->policy, err);
+    }
+    if (rc) return al_err_prefix(err, "resuming at the hard state's round %ld", h->committed);
+    al_logf(&a->log, AL_LOG_INFO, "site %s: at round %ld, step %ld, as last committed",
+            a->name[a->self], a->round, a->step);
+    return 0;
+}
+
+/* --resume with a vote of this round that named a candidate: the candidate
+ * back (candidate.bin, checked against the hash voted for), with the decision
+ * it came with, so that the machine can apply it when the votes show its
+ * commit (rather than ask peers for a state none may have yet). */
+static int restore_candidate(agent *a, al_round_start *st, al_err *err) {
+    ag_hard *h = &a->hard;
+    if (h->held_round != a->round) return 0;
+    if (a->overlap || a->sm.F) { /* (not yet: the interval beside the round is not replayed) */
+        al_logf(&a->log, AL_LOG_WARN,
+                "site %s: round %ld: the candidate voted for is not restored with [outer] "
+                "overlap = %s: the committed state is pulled",
+                a->name[a->self], a->round, al_overlap_name(a->overlap));
+        return 0;
+    }
+    char p[4300];
+    ag_hard_path(a, "candidate.bin", -1, p, sizeof p);
+    int rc = al_outer_load(&a->cand, p, &a->outer.cfg, err);
+    if (rc) return al_err_prefix(err, "round %ld: the candidate voted for", a->round);
+    ag_cand_hash(a, 0, a->P);
+    if (memcmp(a->cand_h.b, h->held.hash.b, 32) != 0)
+        return al_errf(err, AL_EINTEGRITY, "%s: not the candidate round %ld voted for", p,
+                       a->round);
+    al_policy_save(a->pol, a->pol_before, sizeof a->pol_before);
+    if ((rc = al_policy_load(a->pol, h->held_policy, err))) return rc;
+    memset(&a->cand_d, 0, sizeof a->cand_d);
+    a->cand_d.h_next = h->held_h_next;
+    a->cand_M = 0;
+    for (int i = 0; i < a->nsites; i++)
+        if (h->held.members >> i & 1) {
+            a->cand_mem[a->cand_M] = i;
+            memset(&a->cand_st[a->cand_M], 0, sizeof a->cand_st[0]);
+            a->cand_st[a->cand_M++].site = i;
+        }
+    /* the interval the candidate came from, trained again (deterministic:
+     * θ_local, AdamW and the data position end where they were at the vote),
+     * so that an apply at once starts the next round where the uninterrupted
+     * run did; a TRAIN asked first finds it done (iv holds its statistics) */
+    if (a->iv.steps < a->h && (rc = ag_interval_run(a, a->round, a->h, &a->iv, &a->step, err)))
+        return al_err_prefix(err, "round %ld: replaying the interval voted on", a->round);
+    a->iv_h = a->h;
+    a->have_cand = 1;
+    st->held_round = a->round;
+    st->held = h->held;
+    al_logf(&a->log, AL_LOG_INFO, "site %s: round %ld: holding the candidate voted for (%s)",
+            a->name[a->self], a->round, p);
+    return 0;
 }
 
 int ag_machine_init(agent *a, al_err *err) {
@@ -140,12 +287,27 @@ int ag_machine_init(agent *a, al_err *err) {
                        .names = a->name_p};
     al_round_start st;
     memset(&st, 0, sizeof st);
+    st.last.round = -1;
+    st.held_round = -1;
+    int r = 0;
+    if (a->resumed) { /* the hard state: a record that exists must be whole */
+        r = ag_hard_load(a, err);
+        if (r < 0) return r;
+        if (r == 1) vote_load_legacy(a, &a->hard.vote);
+        if ((r = reconcile(a, err))) return r;
+        if (a->hard.vote.round >= a->round) st.last = a->hard.vote;
+        if ((r = restore_candidate(a, &st, err))) return r;
+    } else { /* a fresh start: a new record (the old one's votes are forgotten) */
+        memset(&a->hard, 0, sizeof a->hard);
+        a->hard.vote.round = -1;
+        a->hard.held_round = -1;
+    }
     st.round = a->round;
     ag_outer_hash(a, &st.base, 1);
-    st.last.round = -1;
-    st.held_round = -1; /* candidates are not persisted: a restarted voter pulls */
-    if (a->resumed) vote_load(a, &st.last);
-    int r = al_round_init(&a->rm, &rc, &st, al_now(), err);
+    if (a->hard.committed != a->round) { /* the start is a commit too (round 0, a checkpoint) */
+        if ((r = ag_hard_commit(a, 0, 0, 0, err))) return r;
+    }
+    r = al_round_init(&a->rm, &rc, &st, al_now(), err);
     if (r) return r;
     al_round_status s;
     al_round_status_get(&a->rm, &s);

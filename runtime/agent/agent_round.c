@@ -17,12 +17,14 @@
  *               heartbeat thread), log.
  * A round commits only with [round] quorum of the configured sites voting the
  * same candidate hash; a minority says "no quorum" and pulls the majority's
- * state when it hears of it. The vote of each (round, epoch) is persisted to
- * <checkpoint dir>/vote.json before any status shows it, and read back on
- * --resume. See docs/ARCHITECTURE.md, "The round protocol". */
+ * state when it hears of it. The vote of each (round, epoch), with the
+ * candidate it names, and every commit are persisted (agent_hard.c) before
+ * anything shows them, and read back on --resume. See docs/ARCHITECTURE.md,
+ * "The round protocol" and "Durable rounds". */
 #include "agent_round.h"
 #include "agent_ckpt.h"
 #include "agent_events.h"
+#include "agent_hard.h"
 #include "agent_hash.h"
 #include "agent_machine.h"
 #include "agent_net.h"
@@ -218,6 +220,7 @@ static int do_train(agent *a, al_err *err) {
  * round's business (a null vote), never the agent's end. */
 static int do_exchange(agent *a, const al_round_action *act) {
     if (a->round == a->fault_stats) raise(SIGKILL); /* test hook, see agent_impl.h */
+    ag_fault_pause(a, "exchange", a->round);
     al_round_event ev = {
         .type = AL_EV_EXCHANGE_FAILED, .peer = -1, .round = a->round, .epoch = act->epoch};
     int M = 0, p = (int)(a->round & 1);
@@ -487,17 +490,26 @@ static void round_record(agent *a, const al_round_action *act, long h_run, doubl
     rec->agree = agreeing(a, act);
 }
 
-/* After a commit: the next round begins (H as decided), a checkpoint if one
- * is due, and (overlap) the interval that waited for this commit. */
-static int next_round(agent *a, double t_comm, al_err *err) {
+/* After a commit: the commit is persisted (hard.json; candidate.bin becomes
+ * commit-<round>.bin) before anything acts on it (the snapshot peers pull,
+ * the statuses that show the next round), then the next round begins (H as
+ * decided), a checkpoint if one is due, and (overlap) the interval that
+ * waited for this commit. */
+static int next_round(agent *a, double t_comm, long h_run, al_err *err) {
     a->h = (long)a->cand_d.h_next;
     if (a->sm.F) ag_stream_commit(a, t_comm); /* (streaming: the thread may merge now) */
     a->round++;
-    int rc;
+    uint32_t members = 0;
+    for (int j = 0; j < a->cand_M; j++) members |= 1u << a->cand_mem[j];
+    int rc = ag_hard_commit(a, 1, h_run, members, err);
+    if (rc) return rc;
+    ag_fault_pause(a, "apply", a->round - 1);
     if ((rc = enter_round(a, err))) return rc;
     check_finished(a);
-    if (!a->finished && ckpt_due(a, a->round) && !a->bg_running && (rc = ag_save(a, err)))
-        return rc;
+    if (!a->finished && ckpt_due(a, a->round) && !a->bg_running) {
+        if ((rc = ag_save(a, err))) return rc;
+        ag_hard_prune(a);
+    }
     /* overlap: the interval that waited for this commit (a checkpoint) */
     if (a->bg_pending && !a->finished && a->bg_round == a->round)
         return ag_bg_start(a, a->round, a->bg_h, err);
@@ -541,7 +553,7 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
             "| theta %.12s",
             a->name[a->self], a->round, a->step, h_run, (long long)d->h_next, M, a->mine.loss,
             isnan(ev) ? "" : " (eval)", sent, rec.theta);
-    return next_round(a, t_comm, err);
+    return next_round(a, t_comm, h_run, err);
 }
 
 static void do_revert(agent *a) {
@@ -599,6 +611,7 @@ static int do_adopt(agent *a, const al_round_action *act, al_err *err) {
     a->h = a->pulled_h;
     if (a->round != before) a->have_cand = 0;
     ag_local_from_global(a);
+    if ((rc = ag_hard_commit(a, 0, 0, 0, err))) return rc; /* before anything shows it */
     al_logf(&a->log, AL_LOG_INFO, "site %s: joined at round %ld, step %ld (state from %s)",
             a->name[a->self], a->round, a->step, a->name[a->pulled_from]);
     ag_event(a, "join", a->name[a->self]);
@@ -676,8 +689,11 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
         return 0;
     case AL_ACT_PROPOSE:
         return do_propose(a, act, err);
-    case AL_ACT_PERSIST_VOTE:
-        return ag_vote_save(a, &act->rec, err);
+    case AL_ACT_PERSIST_VOTE: {
+        int rc = ag_vote_save(a, &act->rec, err);
+        if (rc == 0 && act->rec.vote == AL_VOTE_HASH) ag_fault_pause(a, "vote", act->rec.round);
+        return rc;
+    }
     case AL_ACT_APPLY:
         return do_apply(a, act, eval, err);
     case AL_ACT_REVERT:
@@ -715,6 +731,12 @@ int ag_drive(agent *a, double *eval, al_err *err) {
     a->sm.merged_round = a->round - 1; /* (streaming: what committed before this process) */
     int rc = ag_machine_init(a, err);
     if (rc) return rc;
+    a->step0 = a->step - a->iv.steps;         /* (--resume may have replayed intervals) */
+    if (a->round != a->sm.merged_round + 1) { /* --resume replayed up to the hard state */
+        a->sm.merged_round = a->round - 1;
+        ag_set_round(a, a->round);
+        if ((rc = ag_publish_state(a, err))) return rc;
+    }
     /* (an interval trained before a stop, not yet exchanged, is not the end) */
     if (a->step >= a->cfg->inner_steps && !a->bg_trained) check_finished(a);
     double stop_by = 0;

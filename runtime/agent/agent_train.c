@@ -68,6 +68,7 @@ int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, a
                         "saving",
                         a->name[a->self], (int)*a->stop, round, iv->steps, target);
             if (round == a->fault_interval && iv->steps == target / 2) raise(SIGKILL);
+            if (iv->steps == target / 2) ag_fault_pause(a, "train", round);
             if (inline_faults && round == a->fault_freeze && iv->steps == target / 2)
                 raise(SIGSTOP);
             if (inline_faults && round == a->fault_corrupt && iv->steps == target / 2)

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# test_durable.sh AUTOLOCO -- durable rounds (issue 31): the round protocol's
+# hard state (hard.json, candidate.bin, commit-R.bin in the checkpoint folder,
+# runtime/agent/agent_hard.c) lets a run survive a power cut of every site:
+#   1. whole-run kills: three sites, all SIGKILLed at the same instant at five
+#      named moments of one run (while training, exchanging, voting, applying
+#      a commit and saving a checkpoint), all resumed with --resume each time:
+#      the run finishes on the θ hash of the same run never interrupted, and
+#      no round is committed with two θ in any site's event log;
+#   2. a hard-state file that exists but does not parse (truncated, garbage):
+#      the agent refuses to start, naming the file and what to do.
+# The moments come from AL_FAULT=pause:MOMENT:R on site a (it stops itself
+# there with SIGSTOP and says so); the test then kills a, b and c with one
+# kill(1). Every wait is bounded; nothing is left running.
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/shell_lib.sh"
+al_test_start test-durable "${1:-}"
+
+cd "$tmp" || exit 1
+mkdir in
+for i in $(seq 1 400); do
+    printf 'fortune %d: the quick brown fox %d jumps over the lazy dog %d times\n%%\n' "$i" $((i * 7)) $((i % 13))
+done >in/f
+"$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
+"$bin" certs --dir certs --sites a,b,c >/dev/null || { echo "FAIL: certs"; exit 1; }
+
+# conf DIR SITE "SITES" -- DIR/SITE.ini (the pattern of test_agent.sh's conf)
+conf() {
+    local dir=$1 me=$2 sites=$3 i=0 s
+    mkdir -p "$dir"
+    {
+        echo "[site]"
+        echo "name = $me"
+        for s in $sites; do
+            [[ $s == "$me" ]] && echo "listen = 127.0.0.1:${PORTS[$i]}"
+            i=$((i + 1))
+        done
+        echo "run_id = test"
+        echo "[peers]"
+        i=0
+        for s in $sites; do
+            [[ $s != "$me" ]] && echo "$s = 127.0.0.1:${PORTS[$i]}"
+            i=$((i + 1))
+        done
+        echo "[tls]"
+        echo "ca = $tmp/certs/ca.pem"
+        echo "cert = $tmp/certs/$me.pem"
+        echo "key = $tmp/certs/$me.key"
+        echo "[model]"
+        echo "preset = tiny"
+        echo "[data]"
+        echo "train = $tmp/data/train.bin"
+        echo "val = $tmp/data/val.bin"
+        echo "[inner]"
+        echo "batch = 4"
+        echo "seq = 32"
+        echo "steps = ${STEPS:-40}"
+        echo "warmup = 5"
+        echo "lr = 1e-2"
+        echo "threads = 1"
+        echo "eval_every = 0"
+        echo "eval_batches = 4"
+        echo "[outer]"
+        echo "codec = int8+zstd"
+        echo "lr = 0.7"
+        echo "[policy]"
+        echo "name = fixed"
+        echo "h_base = ${H:-5}"
+        echo "[round]"
+        echo "deadline_s = ${AL_TEST_DEADLINE:-5}"
+        echo "heartbeat_s = 0.25"
+        echo "peer_timeout_s = 2"
+        echo "[checkpoint]"
+        echo "dir = $dir/run-$me"
+        echo "every = ${EVERY:-1}"
+        echo "keep = 3"
+    } >"$dir/$me.ini"
+}
+
+# start DIR SITE [ARGS...] -- an agent in the background, its log in DIR/SITE.log
+start() {
+    local dir=$1 me=$2
+    shift 2
+    "$bin" agent -c "$dir/$me.ini" "$@" >>"$dir/$me.log" 2>&1 &
+    pids+=($!)
+    eval "PID_$me=$!"
+}
+
+# await PID SECONDS -- wait for a process, at most SECONDS; its exit status
+await() {
+    local p=$1 t=$2 i
+    for ((i = 0; i < t * 10; i++)); do
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$p" 2>/dev/null; then
+        kill -KILL "$p"
+        wait "$p" 2>/dev/null
+        return 124
+    fi
+    wait "$p"
+}
+
+# await_line FILE TEXT SECONDS -- wait until FILE has a line with TEXT
+await_line() {
+    local f=$1 text=$2 t=$3 i
+    for ((i = 0; i < t * 10; i++)); do
+        grep -qF -- "$text" "$f" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["theta_hash"])' "$1" 2>/dev/null; }
+
+# no_double_commit DIR -- no round has two θ in any site's event log
+no_double_commit() {
+    python3 - "$1" <<'EOF'
+import json, sys, glob
+seen, bad = {}, []
+for f in glob.glob(sys.argv[1] + "/run-*/events.jsonl"):
+    for line in open(f):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a SIGKILL
+        if "round" in e and "theta" in e:
+            t = seen.setdefault(e["round"], e["theta"])
+            if t != e["theta"]:
+                bad.append((f, e["round"], t, e["theta"]))
+for b in bad:
+    print("round %s committed twice: %s" % (b[1], b))
+sys.exit(1 if bad else 0)
+EOF
+}
+
+# ---- 1. whole-run kills at five named moments --------------------------------------
+PORTS=($(port) $(port) $(port))
+for s in a b c; do conf ref $s "a b c"; done
+for s in a b c; do start ref $s; done
+for s in a b c; do eval "await \$PID_$s 240" || no "reference run: site $s failed"; done
+href=$(hash_of ref/run-a/summary.json)
+[[ -n $href && $href == $(hash_of ref/run-b/summary.json) && $href == $(hash_of ref/run-c/summary.json) ]] &&
+    ok "reference run: every site on theta ${href:0:12}" || no "reference run: hashes differ"
+
+for s in a b c; do conf k $s "a b c"; done
+resume=
+for moment in train:1 exchange:2 vote:3 apply:4 ckpt:6; do
+    echo "==== $moment" >>k/a.log
+    export AL_FAULT=pause:$moment
+    if [[ -n $resume ]]; then start k a --resume k/run-a; else start k a; fi
+    unset AL_FAULT
+    for s in b c; do
+        if [[ -n $resume ]]; then start k $s --resume k/run-$s; else start k $s; fi
+    done
+    if await_line k/a.log "fault: paused at ${moment%%:*} of round ${moment##*:}" 120; then
+        kill -KILL $PID_a $PID_b $PID_c # the power cut: every site at once
+        ok "all three sites killed at the same instant while at ${moment%%:*} of round ${moment##*:}"
+    else
+        no "site a never reached ${moment%%:*} of round ${moment##*:}"
+        tail -5 k/a.log
+        kill -KILL $PID_a $PID_b $PID_c
+    fi
+    for s in a b c; do eval "wait \$PID_$s" 2>/dev/null; done
+    resume=1
+done
+for s in a b c; do start k $s --resume k/run-$s; done
+for s in a b c; do eval "await \$PID_$s 240" || no "the resumed run: site $s failed"; done
+for s in a b c; do
+    h=$(hash_of k/run-$s/summary.json)
+    [[ -n $h && $h == "$href" ]] && ok "site $s ends on the uninterrupted run's theta after 5 whole-run kills" ||
+        no "site $s ends on theta '${h:0:12}', not ${href:0:12}"
+done
+grep -h "replaying\|holding the candidate\|hard state" k/*.log | sort | uniq -c | head -20
+no_double_commit k && ok "no round committed with two theta" || no "a round committed twice"
+
+# ---- 2. a hard state that does not parse ---------------------------------------------
+STEPS=10
+for s in a b c; do conf bad $s "a b c"; done
+for s in a b c; do start bad $s; done
+for s in a b c; do eval "await \$PID_$s 120" || no "short run: site $s failed"; done
+hj=bad/run-a/hard.json
+if [[ -s $hj ]]; then
+    cp $hj hard.good
+    head -c 40 hard.good >$hj # torn mid-write (as a file overwritten in place would be)
+    "$bin" agent -c bad/a.ini --resume bad/run-a >trunc.log 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && grep -q "hard.json" trunc.log && grep -q "Restore the file" trunc.log &&
+        ok "a truncated hard.json stops the agent, naming it" || { no "truncated hard.json: rc $rc"; cat trunc.log | tail -3; }
+    sed 's/"committed": [0-9]*/"committed": 1/' hard.good >$hj # edited: the checksum differs
+    "$bin" agent -c bad/a.ini --resume bad/run-a >garbage.log 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && grep -q "hard.json: its checksum does not match" garbage.log &&
+        ok "an edited hard.json stops the agent, naming it" || { no "edited hard.json: rc $rc"; tail -3 garbage.log; }
+    head -c 3000 /dev/urandom >$hj
+    "$bin" agent -c bad/a.ini --resume bad/run-a >rand.log 2>&1
+    rc=$?
+    [[ $rc -ne 0 ]] && grep -q "hard.json: not JSON" rand.log &&
+        ok "a garbage hard.json stops the agent, naming it" || { no "garbage hard.json: rc $rc"; tail -3 rand.log; }
+else
+    no "no hard.json after a run"
+fi
+
+al_test_end
