@@ -40,6 +40,7 @@
 #ifndef AL_POLICY_H
 #define AL_POLICY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,16 @@ typedef struct al_policy al_policy;
 /* Number of registered policies and their names ("fixed", "adacomm", ...). */
 size_t al_policy_count(void);
 const char *al_policy_name_at(size_t i);
+
+/* One setting of a policy, for documentation (docs/config.md): kind "real",
+ * "int" or "bool"; the default and the inclusive range. */
+typedef struct al_policy_setting {
+    const char *key, *kind, *help;
+    double def, lo, hi;
+} al_policy_setting;
+/* The i-th setting of policy `name` (NULL: the settings every policy has);
+ * false past the last one or for an unknown name. */
+bool al_policy_setting_at(const char *name, size_t i, al_policy_setting *out);
 
 /* A policy by name with default settings. AL_ENOTFOUND lists the known names. */
 int al_policy_create(al_policy **out, const char *name, al_err *err);

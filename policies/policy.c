@@ -57,6 +57,23 @@ static int n_state(const al_policy *p) {
     return S_OWN + p->ops->n_state;
 }
 
+bool al_policy_setting_at(const char *name, size_t i, al_policy_setting *out) {
+    const al_pparam *d = NULL;
+    if (!name) {
+        if (i < AL_ARRAY_LEN(common)) d = &common[i];
+    } else
+        for (size_t r = 0; r < AL_ARRAY_LEN(registry) && !d; r++)
+            if (!strcmp(name, registry[r]->name)) {
+                if (i >= (size_t)registry[r]->n_params) return false;
+                d = &registry[r]->params[i];
+            }
+    if (!d) return false;
+    static const char *const kinds[] = {
+        [AL_P_REAL] = "real", [AL_P_INT] = "int", [AL_P_BOOL] = "bool"};
+    *out = (al_policy_setting){d->key, kinds[d->kind], d->help, d->def, d->lo, d->hi};
+    return true;
+}
+
 int al_policy_create(al_policy **out, const char *name, al_err *err) {
     *out = NULL;
     const al_policy_ops *ops = NULL;

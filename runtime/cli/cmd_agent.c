@@ -194,8 +194,22 @@ static int check_sites(al_config *c, char **file, int n, al_err *err) {
 }
 
 int al_cmd_config(int argc, char **argv, al_err *err) {
+    if (argc >= 2 && !strcmp(argv[1], "doc")) { /* the reference, from the table */
+        if (argc == 2 || (argc == 3 && !strcmp(argv[2], "--text"))) {
+            al_config_print_help(stdout);
+            return 0;
+        }
+        if (argc == 3 && !strcmp(argv[2], "--markdown")) {
+            al_config_print_markdown(stdout);
+            return 0;
+        }
+        fprintf(stderr, "usage: autoloco config doc [--markdown]   (docs/config.md: --markdown)\n");
+        return AL_CLI_USAGE;
+    }
     if (argc < 3 || strcmp(argv[1], "check") != 0 || argc - 2 > 256) {
-        fprintf(stderr, "usage: autoloco config check SITE.ini [SITE.ini...]\n\n"
+        fprintf(stderr, "usage: autoloco config check SITE.ini [SITE.ini...]\n"
+                        "       autoloco config doc [--markdown]   every key: --help-config's "
+                        "text, or docs/config.md\n\n"
                         "One file: that site alone. Several (every site of one run): also\n"
                         "names distinct and each its certificate's CN, one CA, peers listed\n"
                         "both ways at the ports they listen on, ports distinct on a shared host,\n"

