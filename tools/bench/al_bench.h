@@ -31,13 +31,13 @@ enum { AL_BENCH_MAX_OPS = 32, AL_BENCH_MAX_SHAPES = 48 };
 typedef struct al_bench_op {
     const char *name, *phase; /* phase: forward, backward, update, memory */
     long calls;
-    double seconds;
+    double seconds, cpu_seconds; /* wall; this process's CPU time, every thread */
 } al_bench_op;
 typedef struct al_bench_shape {
     const char *op; /* matmul_forward (dims N IC OC), matmul_backward, attention_* (B T C) */
     int dims[3];
     long calls;
-    double seconds, flops;
+    double seconds, cpu_seconds, flops;
 } al_bench_shape;
 /* A backend that forwards every op to `inner` and times it: op rows, and a
  * row per shape for matmul and attention (FLOPs counted as bench_ops.c says). */

@@ -79,47 +79,57 @@ static void usage(FILE *f) {
 }
 
 /* The op breakdown: a table, and its JSON fields (",\"ops\":[...],\"shapes\":[...]")
- * into js. Per step: every figure is divided by the timed steps. */
+ * into js. Per step: every figure is divided by the timed steps. ms is wall
+ * time, CPU ms this process's CPU time over every thread (the share column is
+ * of CPU time: on a busy machine wall time also counts waiting for a core). */
 static void print_ops(const al_bench_ops *p, int steps, FILE *js) {
     static const char *const phases[] = {"forward", "backward", "update", "memory"};
-    double total = 0;
-    for (int i = 0; i < p->nops; i++) total += p->op[i].seconds;
-    printf("\n  op breakdown (%d steps; per step):\n  %-9s %-22s %6s %10s %6s\n", steps, "phase",
-           "op", "calls", "ms", "%");
-    fprintf(js, ",\"ops_ms\":%.4f,\"ops\":[", total / steps * 1e3);
+    double total = 0, total_cpu = 0;
+    for (int i = 0; i < p->nops; i++) total += p->op[i].seconds, total_cpu += p->op[i].cpu_seconds;
+    printf("\n  op breakdown (%d steps; per step):\n  %-9s %-22s %6s %10s %10s %6s\n", steps,
+           "phase", "op", "calls", "ms", "CPU ms", "% CPU");
+    fprintf(js, ",\"ops_ms\":%.4f,\"ops_cpu_ms\":%.4f,\"ops\":[", total / steps * 1e3,
+            total_cpu / steps * 1e3);
     int first = 1;
     for (int ph = 0; ph < 4; ph++) {
-        double sum = 0;
+        double sum = 0, sum_cpu = 0;
         for (int i = 0; i < p->nops; i++) {
             const al_bench_op *o = &p->op[i];
             if (strcmp(o->phase, phases[ph]) || o->calls == 0) continue;
             sum += o->seconds;
-            printf("  %-9s %-22s %6.1f %10.3f %6.1f\n", o->phase, o->name, (double)o->calls / steps,
-                   o->seconds / steps * 1e3, 100 * o->seconds / total);
-            fprintf(js, "%s{\"phase\":\"%s\",\"op\":\"%s\",\"calls\":%.1f,\"ms\":%.4f}",
+            sum_cpu += o->cpu_seconds;
+            printf("  %-9s %-22s %6.1f %10.3f %10.3f %6.1f\n", o->phase, o->name,
+                   (double)o->calls / steps, o->seconds / steps * 1e3, o->cpu_seconds / steps * 1e3,
+                   100 * o->cpu_seconds / total_cpu);
+            fprintf(js,
+                    "%s{\"phase\":\"%s\",\"op\":\"%s\",\"calls\":%.1f,\"ms\":%.4f,"
+                    "\"cpu_ms\":%.4f}",
                     first ? "" : ",", o->phase, o->name, (double)o->calls / steps,
-                    o->seconds / steps * 1e3);
+                    o->seconds / steps * 1e3, o->cpu_seconds / steps * 1e3);
             first = 0;
         }
-        printf("  %-9s %-22s %6s %10.3f %6.1f\n", phases[ph], "(all)", "", sum / steps * 1e3,
-               100 * sum / total);
+        printf("  %-9s %-22s %6s %10.3f %10.3f %6.1f\n", phases[ph], "(all)", "", sum / steps * 1e3,
+               sum_cpu / steps * 1e3, 100 * sum_cpu / total_cpu);
     }
-    printf("  %-9s %-22s %6s %10.3f\n", "step", "(all ops)", "", total / steps * 1e3);
-    printf("\n  matmul and attention by shape (matmul: N IC OC; attention: B T C):\n"
-           "  %-19s %16s %6s %10s %9s\n",
-           "op", "shape", "calls", "ms", "GFLOP/s");
+    printf("  %-9s %-22s %6s %10.3f %10.3f\n", "step", "(all ops)", "", total / steps * 1e3,
+           total_cpu / steps * 1e3);
+    printf("\n  matmul and attention by shape (matmul: N IC OC; attention: B T C; GFLOP/s by\n"
+           "  wall time, and per core by CPU time):\n  %-19s %16s %6s %10s %10s %9s %9s\n",
+           "op", "shape", "calls", "ms", "CPU ms", "GFLOP/s", "per core");
     fprintf(js, "],\"shapes\":[");
     for (int i = 0; i < p->nshapes; i++) {
         const al_bench_shape *s = &p->shape[i];
         char dims[48];
         snprintf(dims, sizeof dims, "%d %d %d", s->dims[0], s->dims[1], s->dims[2]);
-        printf("  %-19s %16s %6.1f %10.3f %9.1f\n", s->op, dims, (double)s->calls / steps,
-               s->seconds / steps * 1e3, s->flops / s->seconds * 1e-9);
+        printf("  %-19s %16s %6.1f %10.3f %10.3f %9.1f %9.1f\n", s->op, dims,
+               (double)s->calls / steps, s->seconds / steps * 1e3, s->cpu_seconds / steps * 1e3,
+               s->flops / s->seconds * 1e-9, s->flops / s->cpu_seconds * 1e-9);
         fprintf(js,
                 "%s{\"op\":\"%s\",\"dims\":[%d,%d,%d],\"calls\":%.1f,\"ms\":%.4f,"
-                "\"gflops\":%.2f}",
+                "\"cpu_ms\":%.4f,\"gflops\":%.2f,\"gflops_per_core\":%.2f}",
                 i ? "," : "", s->op, s->dims[0], s->dims[1], s->dims[2], (double)s->calls / steps,
-                s->seconds / steps * 1e3, s->flops / s->seconds * 1e-9);
+                s->seconds / steps * 1e3, s->cpu_seconds / steps * 1e3,
+                s->flops / s->seconds * 1e-9, s->flops / s->cpu_seconds * 1e-9);
     }
     fprintf(js, "]");
 }

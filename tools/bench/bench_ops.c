@@ -4,9 +4,10 @@
  * (al_bench.h, `autoloco bench inner --ops`).
  *
  * The model, the trainer and the kernels are the ones a real step runs; only
- * the vtable between them is this one. Each op is timed around the call
- * (two clock reads, ~50 ns, against ops of 5 us and more). CPU ops are
- * synchronous, so the time is the op's own, threads included. The matmul and
+ * the vtable between them is this one. Each op is timed around the call, in
+ * wall time and in this process's CPU time (every thread: on a machine that
+ * other work shares, the CPU time is what the op cost, the wall time also
+ * what it waited). CPU ops are synchronous, so both are the op's own. The matmul and
  * attention ops also add to a row per shape, which gives their FLOP rates:
  *   matmul forward   2 N IC OC  (out = inp w^T; the bias pass is in its time)
  *   matmul backward  4 N IC OC  (dinp = dout w and dw += dout^T inp; 2 N IC OC
@@ -18,6 +19,13 @@
 #include "al_bench.h"
 
 #include <string.h>
+#include <time.h>
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* op index: one per AL_BACKEND_OPS row */
 enum {
@@ -44,26 +52,27 @@ static const char *phase_of(int op) {
     return "memory";
 }
 
-static void add_op(al_bench_ops *p, int op, double t0) {
-    double dt = al_now() - t0;
-    p->op[op].seconds += dt;
+static void add_op(al_bench_ops *p, int op, double t0, double c0) {
+    p->op[op].seconds += al_now() - t0;
+    p->op[op].cpu_seconds += cpu_now() - c0;
     p->op[op].calls++;
 }
 
-static void add_shape(al_bench_ops *p, const char *op, int a, int b, int c, double flops,
-                      double t0) {
-    double dt = al_now() - t0;
+static void add_shape(al_bench_ops *p, const char *op, int a, int b, int c, double flops, double t0,
+                      double c0) {
+    double dt = al_now() - t0, dc = cpu_now() - c0;
     for (int i = 0; i < p->nshapes; i++) {
         al_bench_shape *s = &p->shape[i];
         if (s->op == op && s->dims[0] == a && s->dims[1] == b && s->dims[2] == c) {
             s->seconds += dt;
+            s->cpu_seconds += dc;
             s->flops += flops;
             s->calls++;
             return;
         }
     }
     if (p->nshapes == AL_BENCH_MAX_SHAPES) return; /* full: the op rows still count it */
-    p->shape[p->nshapes++] = (al_bench_shape){op, {a, b, c}, 1, dt, flops};
+    p->shape[p->nshapes++] = (al_bench_shape){op, {a, b, c}, 1, dt, dc, flops};
 }
 
 #define PROF(ctx)  ((al_bench_ops *)(ctx))
@@ -71,18 +80,18 @@ static void add_shape(al_bench_ops *p, const char *op, int a, int b, int c, doub
 
 /* Generic wrappers: time the call, add it to the op's row. */
 #define AL_PROF_BODY_void(op, call)                                                                \
-    double t0 = al_now();                                                                          \
+    double t0 = al_now(), c0 = cpu_now();                                                          \
     call;                                                                                          \
-    add_op(PROF(ctx), op, t0);
+    add_op(PROF(ctx), op, t0, c0);
 #define AL_PROF_BODY_int(op, call)                                                                 \
-    double t0 = al_now();                                                                          \
+    double t0 = al_now(), c0 = cpu_now();                                                          \
     int r = call;                                                                                  \
-    add_op(PROF(ctx), op, t0);                                                                     \
+    add_op(PROF(ctx), op, t0, c0);                                                                 \
     return r;
 #define AL_PROF_BODY_double(op, call)                                                              \
-    double t0 = al_now();                                                                          \
+    double t0 = al_now(), c0 = cpu_now();                                                          \
     double r = call;                                                                               \
-    add_op(PROF(ctx), op, t0);                                                                     \
+    add_op(PROF(ctx), op, t0, c0);                                                                 \
     return r;
 #define AL_PROF_WRAP(kind, ret, name, params, args)                                                \
     static ret prof_##name(void *ctx, AL_UNPAREN params) {                                         \
@@ -94,32 +103,32 @@ AL_BACKEND_OPS(AL_PROF_WRAP)
 /* The shaped ops: the same, plus their row per shape. */
 static void shaped_matmul_forward(void *ctx, float *out, const float *inp, const float *w,
                                   const float *bias, int N, int IC, int OC, int accumulate) {
-    double t0 = al_now();
+    double t0 = al_now(), c0 = cpu_now();
     prof_matmul_forward(ctx, out, inp, w, bias, N, IC, OC, accumulate);
-    add_shape(PROF(ctx), "matmul_forward", N, IC, OC, 2.0 * N * IC * OC, t0);
+    add_shape(PROF(ctx), "matmul_forward", N, IC, OC, 2.0 * N * IC * OC, t0, c0);
 }
 
 static void shaped_matmul_backward(void *ctx, float *dinp, float *dw, float *dbias,
                                    const float *dout, const float *inp, const float *w, int N,
                                    int IC, int OC, int accumulate) {
-    double t0 = al_now();
+    double t0 = al_now(), c0 = cpu_now();
     prof_matmul_backward(ctx, dinp, dw, dbias, dout, inp, w, N, IC, OC, accumulate);
-    add_shape(PROF(ctx), "matmul_backward", N, IC, OC, (dinp ? 4.0 : 2.0) * N * IC * OC, t0);
+    add_shape(PROF(ctx), "matmul_backward", N, IC, OC, (dinp ? 4.0 : 2.0) * N * IC * OC, t0, c0);
 }
 
 static void shaped_attention_forward(void *ctx, float *out, float *lse, const float *qkv,
                                      const int *docstart, int B, int T, int C, int NH) {
-    double t0 = al_now();
+    double t0 = al_now(), c0 = cpu_now();
     prof_attention_forward(ctx, out, lse, qkv, docstart, B, T, C, NH);
-    add_shape(PROF(ctx), "attention_forward", B, T, C, 4.0 * B * T * (double)T * C, t0);
+    add_shape(PROF(ctx), "attention_forward", B, T, C, 4.0 * B * T * (double)T * C, t0, c0);
 }
 
 static void shaped_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                       const float *lse, const int *docstart, int B, int T, int C,
                                       int NH) {
-    double t0 = al_now();
+    double t0 = al_now(), c0 = cpu_now();
     prof_attention_backward(ctx, dqkv, dout, qkv, lse, docstart, B, T, C, NH);
-    add_shape(PROF(ctx), "attention_backward", B, T, C, 10.0 * B * T * (double)T * C, t0);
+    add_shape(PROF(ctx), "attention_backward", B, T, C, 10.0 * B * T * (double)T * C, t0, c0);
 }
 
 void al_bench_ops_init(al_bench_ops *p, const al_backend *inner) {
@@ -145,6 +154,7 @@ void al_bench_ops_init(al_bench_ops *p, const al_backend *inner) {
 
 void al_bench_ops_reset(void *arg) {
     al_bench_ops *p = arg;
-    for (int i = 0; i < p->nops; i++) p->op[i].seconds = 0, p->op[i].calls = 0;
+    for (int i = 0; i < p->nops; i++)
+        p->op[i].seconds = p->op[i].cpu_seconds = 0, p->op[i].calls = 0;
     p->nshapes = 0;
 }

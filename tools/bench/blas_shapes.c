@@ -14,8 +14,8 @@
  *                    S = q k^T, O = P v; backward S again, dP = dO v^T,
  *                    dq = dS k, dk += dS^T q, dv += P^T dO
  * and prints, per call kind, the median time of a step's worth of calls and
- * its GFLOP/s. Single-threaded: the kernels call sgemm from one thread (the
- * attention from inside their own parallel region).
+ * its GFLOP/s, in thread CPU time. Single-threaded: the kernels call sgemm
+ * from one thread per row range or (row, head).
  *   blas_shapes L C NH Vp B T [repeats]   ->  one JSON object per kind, then a total
  */
 #include <stdio.h>
@@ -25,9 +25,11 @@
 
 #include <cblas.h>
 
+/* CPU time of this thread: the calls are single-threaded, and a busy machine
+ * (other processes on the cores) then costs them cache, not their count */
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
