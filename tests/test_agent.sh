@@ -21,8 +21,9 @@
 # (overlap = streaming; default 16), AL_TEST_TAU=half|sync its [outer]
 # overlap_steps; AL_TEST_SECTIONS="2 2c 3" runs only the
 # sections with those tags (the "# ---- TAG." headers below), side by side,
-# AL_TEST_JOBS (default 4) at a time. Each section stands alone: it makes its
-# own runs and checkpoints.
+# AL_TEST_JOBS (default 4) at a time; TAG:CASE runs one case of a section of
+# several (2:interval, 2:stats). Each section stands alone: it makes its own
+# runs and checkpoints.
 here=$(cd "$(dirname "$0")" && pwd)
 if [[ -n ${AL_TEST_SECTIONS:-} && -z ${AL_TEST_FILTERED:-} ]]; then
     # Each chosen section runs as its own script (the preamble, the section,
@@ -34,13 +35,16 @@ if [[ -n ${AL_TEST_SECTIONS:-} && -z ${AL_TEST_FILTERED:-} ]]; then
     t0=$SECONDS
     for tag in $AL_TEST_SECTIONS; do
         while (($(jobs -rp | wc -l) >= ${AL_TEST_JOBS:-4})); do wait -n; done
-        awk -v want="$tag" '
+        # (TAG:CASE: the section's case CASE alone, AL_TEST_CASES)
+        cases=
+        [[ $tag == *:* ]] && cases=${tag#*:}
+        awk -v want="${tag%%:*}" '
             /^# ---- [0-9a-z]+\. / { t = $3; sub(/\.$/, "", t); keep = t == want; started = 1 }
             /^al_test_end/ { keep = 1 }
             !started || keep' "$0" >"$out/$tag.sh"
         (
             s=$SECONDS
-            AL_TEST_FILTERED=1 AL_TEST_HERE=$here bash "$out/$tag.sh" "$@" >"$out/$tag.log" 2>&1
+            AL_TEST_CASES=$cases AL_TEST_FILTERED=1 AL_TEST_HERE=$here bash "$out/$tag.sh" "$@" >"$out/$tag.log" 2>&1
             echo "$? $((SECONDS - s))" >"$out/$tag.rc"
         ) &
     done
@@ -218,7 +222,7 @@ EOF
 fi
 
 # ---- 2. faults: kill mid-interval / mid-sync, rejoin with --resume ---------------
-for fault in interval stats; do
+for fault in ${AL_TEST_CASES:-interval stats}; do
     dir=r2-$fault
     PORTS=($(port) $(port) $(port))
     for s in a b c; do PRESET=demo STEPS=200 EVERY=1 conf $dir $s "a b c"; done
@@ -510,9 +514,10 @@ fi
 # out of their shards' means and refuse the mean shard c computes (longer than
 # any reported Δ), leave c out of the round's later attempts, say so, and end
 # where a and b alone end.
+# (each round's refused attempt waits out a deadline: 2 s, not the suite's 5)
 dir=r2e-liar
 PORTS=($(port) $(port) $(port))
-for s in a b c; do conf $dir $s "a b c"; done
+for s in a b c; do DEADLINE=${AL_TEST_DEADLINE:-2} conf $dir $s "a b c"; done
 start $dir a
 start $dir b
 AL_FAULT=liar:50 start $dir c
