@@ -225,6 +225,41 @@ static void test_attention_isolation(void **state) {
     }
 }
 
+/* Rows longer than the kernel's query blocks (32): T = 100 (blocks of 32, 32,
+ * 32, 4), documents that start inside a block and cross block boundaries,
+ * and a row of one document, against the reference. */
+static void test_attention_blocks(void **state) {
+    (void)state;
+    enum { BB = 2, TT = 100, CC = 32, HH = 2, NN = BB * TT };
+    al_rng r;
+    al_rng_seed(&r, 5);
+    int ds[NN];
+    static const int starts[] = {0, 7, 30, 33, 64, 95}; /* row 0's documents */
+    for (int t = 0, d = 0; t < TT; t++) {
+        while (d + 1 < (int)(sizeof starts / sizeof *starts) && t >= starts[d + 1]) d++;
+        ds[t] = starts[d];
+        ds[TT + t] = 0;
+    }
+    static float qkv[NN * 3 * CC], out[NN * CC], lse[BB * HH * TT], dout[NN * CC],
+        dqkv[NN * 3 * CC];
+    t_fill(&r, qkv, NN * 3 * CC, 1.5);
+    t_fill(&r, dout, NN * CC, 1.0);
+    double *dq = t_to_d(qkv, NN * 3 * CC), *R = t_to_d(dout, NN * CC);
+    static double rout[NN * CC], rlse[BB * HH * TT], rdqkv[NN * 3 * CC];
+    al_attention_forward(out, lse, qkv, ds, BB, TT, CC, HH);
+    al_attention_forward_ref(rout, rlse, dq, ds, BB, TT, CC, HH);
+    assert_err_below("attention T=100 forward fast vs ref", t_max_rel_err(out, rout, NN * CC),
+                     FAST_TOL);
+    assert_err_below("attention T=100 lse fast vs ref", t_max_rel_err(lse, rlse, BB * HH * TT),
+                     FAST_TOL);
+    al_attention_backward(dqkv, dout, qkv, lse, ds, BB, TT, CC, HH);
+    al_attention_backward_ref(rdqkv, R, dq, rlse, ds, BB, TT, CC, HH);
+    assert_err_below("attention T=100 dqkv fast vs ref", t_max_rel_err(dqkv, rdqkv, NN * 3 * CC),
+                     FAST_TOL);
+    free(dq);
+    free(R);
+}
+
 /* ---- gelu ----------------------------------------------------------------------- */
 
 typedef struct {
@@ -471,11 +506,17 @@ static void test_sumsq(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_matmul),
-        cmocka_unit_test(test_attention),    cmocka_unit_test(test_attention_isolation),
-        cmocka_unit_test(test_gelu),         cmocka_unit_test(test_encoder),
-        cmocka_unit_test(test_crossentropy), cmocka_unit_test(test_adamw),
-        cmocka_unit_test(test_sumsq),        cmocka_unit_test(test_subnormals_flushed),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_isolation),
+        cmocka_unit_test(test_attention_blocks),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_encoder),
+        cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_sumsq),
+        cmocka_unit_test(test_subnormals_flushed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
