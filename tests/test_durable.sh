@@ -8,13 +8,24 @@
 #      the run finishes on the θ hash of the same run never interrupted, and
 #      no round is committed with two θ in any site's event log;
 #   2. a hard-state file that exists but does not parse (truncated, garbage):
-#      the agent refuses to start, naming the file and what to do.
+#      the agent refuses to start, naming the file and what to do;
+#   3. restarts from a checkpoint older than the last vote (the hard state on
+#      disk as the site wrote it, newer than the checkpoint: the resume
+#      reconciles): one site of two (3a), one of three (3b), two of three
+#      while the third is frozen by SIGSTOP and then released (3c). Every site
+#      finishes on one theta, no round is committed with two theta in any log
+#      or event log, and no running site is silent for more than 2 x
+#      peer_timeout_s (its log lines are timestamped as they come).
+# AL_TEST_SECTIONS picks sections (default "1 2 3"; meson: durable runs 1 2,
+# durable_stale 3).
 # The moments come from AL_FAULT=pause:MOMENT:R on site a (it stops itself
 # there with SIGSTOP and says so); the test then kills a, b and c with one
 # kill(1). Every wait is bounded; nothing is left running.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/shell_lib.sh"
 al_test_start test-durable "${1:-}"
+sections=" ${AL_TEST_SECTIONS:-1 2 3} "
+want() { [[ $sections == *" $1 "* ]]; }
 
 cd "$tmp" || exit 1
 mkdir in
@@ -73,7 +84,7 @@ conf() {
         echo "[checkpoint]"
         echo "dir = $dir/run-$me"
         echo "every = ${EVERY:-1}"
-        echo "keep = 3"
+        echo "keep = ${KEEP:-3}"
     } >"$dir/$me.ini"
 }
 
@@ -135,6 +146,7 @@ EOF
 }
 
 # ---- 1. whole-run kills at five named moments --------------------------------------
+if want 1; then
 PORTS=($(port) $(port) $(port))
 for s in a b c; do conf ref $s "a b c"; done
 for s in a b c; do start ref $s; done
@@ -173,8 +185,10 @@ for s in a b c; do
 done
 grep -h "replaying\|holding the candidate\|hard state" k/*.log | sort | uniq -c | head -20
 no_double_commit k && ok "no round committed with two theta" || no "a round committed twice"
+fi
 
 # ---- 2. a hard state that does not parse ---------------------------------------------
+if want 2; then
 STEPS=10
 for s in a b c; do conf bad $s "a b c"; done
 for s in a b c; do start bad $s; done
@@ -199,6 +213,185 @@ if [[ -s $hj ]]; then
         ok "a garbage hard.json stops the agent, naming it" || { no "garbage hard.json: rc $rc"; tail -3 rand.log; }
 else
     no "no hard.json after a run"
+fi
+unset STEPS
+fi
+
+# ---- 3. restarts from checkpoints older than the last vote ---------------------------
+# start_ts DIR SITE LOG [ARGS...] -- an agent whose lines go to DIR/LOG stamped
+# with the time they came (the silent-wait check reads the stamps)
+start_ts() {
+    local dir=$1 me=$2 log=$3
+    shift 3
+    "$bin" agent -c "$dir/$me.ini" "$@" > >(perl -MTime::HiRes=time -ne '$|=1; printf "%.3f %s", time, $_' >>"$dir/$log") 2>&1 &
+    pids+=($!)
+    eval "PID_$me=$!"
+}
+
+# ckpt_at DIR SITE LOG ROUND -- wait until SITE saved a checkpoint at ROUND or
+# later; print the checkpoint's folder
+ckpt_at() {
+    local dir=$1 me=$2 log=$3 r=$4 i line
+    for ((i = 0; i < 1200; i++)); do
+        line=$(grep -o "saved checkpoint [^ ]* (round [0-9]*" "$dir/$log" 2>/dev/null |
+            awk -v r="$r" '{ n = $5 + 0; if (n >= r) { print $3; exit } }')
+        [[ -n $line ]] && { echo "$line"; return 0; }
+        sleep 0.1
+    done
+    return 1
+}
+
+# stale_check DIR T [FROZEN_SITE FREEZE_FROM FREEZE_TO] -- no round with two
+# theta in any log or event log; no log silent for more than 2 x T while its
+# process ran (the frozen site's freeze aside)
+stale_check() {
+    python3 - "$@" <<'EOF'
+import glob, json, re, sys
+d, T = sys.argv[1], float(sys.argv[2])
+frozen = sys.argv[3] if len(sys.argv) > 3 else "-"
+f0, f1 = (float(sys.argv[4]), float(sys.argv[5])) if len(sys.argv) > 5 else (0, 0)
+bad, seen = [], {}
+def commit(src, r, t):
+    t = t[:12]  # the log lines show 12 hex digits
+    t0 = seen.setdefault(r, (t, src))
+    if t0[0] != t:
+        bad.append("round %s committed with two theta: %s (%s) and %s (%s)" % (r, t0[0], t0[1], t, src))
+for f in glob.glob(d + "/run-*/events.jsonl"):
+    for line in open(f):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if "round" in e and "theta" in e:
+            commit(f, e["round"], e["theta"])
+rx = re.compile(r"round (\d+)\b.*\btheta ([0-9a-f]{12,})")
+for f in sorted(glob.glob(d + "/*.tlog")):
+    prev, worst = None, (0, "")
+    for line in open(f, errors="replace"):
+        ts, _, text = line.partition(" ")
+        try:
+            t = float(ts)
+        except ValueError:
+            continue
+        m = rx.search(text)
+        if m and "done:" not in text:
+            commit(f, int(m.group(1)), m.group(2))
+        if prev is not None:
+            gap = t - prev[0]
+            in_freeze = f.split("/")[-1].startswith(frozen + ".") and prev[0] < f1 and t > f0
+            if gap > worst[0] and not in_freeze:
+                worst = (gap, prev[1].strip()[:160])
+        prev = (t, text)
+    print("%s: longest silence %.1f s, after: %s" % (f.split("/")[-1], worst[0], worst[1]))
+    if worst[0] > 2 * T:
+        bad.append("%s silent for %.1f s (> 2 x peer_timeout_s = %.0f s) after: %s" % (f, worst[0], 2 * T, worst[1]))
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
+EOF
+}
+
+# restore DIR SITE SAVED -- the site's checkpoints replaced by the one kept
+# aside; hard.json, commit-*.bin, candidate.bin stay as the site wrote them
+restore() {
+    rm -rf "$1/run-$2"/step-*
+    cp -a "$3" "$1/run-$2/"
+}
+
+# same_theta DIR SITES... -- every site's summary on one theta (printed)
+same_theta() {
+    local d=$1 s h h0=
+    shift
+    for s in "$@"; do
+        h=$(hash_of "$d/run-$s/summary.json")
+        [[ -n $h ]] || return 1
+        [[ -z $h0 ]] && h0=$h
+        [[ $h == "$h0" ]] || return 1
+    done
+    echo "${h0:0:12}"
+}
+
+if want 3 || want 3a || want 3b || want 3c; then
+T=2 # the conf's peer_timeout_s
+STEPS=80
+H=5
+EVERY=1
+KEEP=100 # round 3's checkpoint is still there when the test copies it aside
+# 3a, 3b: site a of SITES restarted at round 8 from round 3's checkpoint
+for case in "3a|a b" "3b|a b c"; do
+    name=${case%%|*}
+    sites=${case#*|}
+    want 3 || want $name || continue
+    d=$name
+    PORTS=($(port) $(port) $(port))
+    for s in $sites; do conf $d $s "$sites"; done
+    for s in $sites; do start_ts $d $s $s.1.tlog; done
+    if ck=$(ckpt_at $d a a.1.tlog 3); then
+        cp -a "$ck" $d/saved
+        mv $d/saved "$d/$(basename "$ck")"
+        ckpt_at $d a a.1.tlog 8 >/dev/null || no "$name: site a never saved round 8's checkpoint"
+        kill -KILL $PID_a
+        wait $PID_a 2>/dev/null
+        restore $d a "$d/$(basename "$ck")"
+        start_ts $d a a.2.tlog --resume $d/run-a
+        for s in $sites; do
+            eval "await \$PID_$s 300"
+            rc=$?
+            [[ $rc -eq 0 ]] || { no "$name: site $s failed (rc $rc)"; tail -n 3 $d/$s.*.tlog | cut -c1-200; }
+        done
+        if th=$(same_theta $d $sites); then
+            ok "$name: a restarted at round 8 from round 3's checkpoint: sites ($sites) end on theta $th"
+        else
+            no "$name: the sites end on different theta"
+        fi
+        grep -h "restarted:\|replaying\|as a pull\|checkpoint is at" $d/*.tlog | cut -c1-220 | head -8
+        stale_check $d $T && ok "$name: no round committed twice, no silent wait" ||
+            no "$name: a round committed twice or a silent wait"
+    else
+        no "$name: site a never saved round 3's checkpoint"
+        for s in $sites; do eval "kill -KILL \$PID_$s" 2>/dev/null; done
+    fi
+done
+
+# 3c: a and b restarted at round 8 from round 3's checkpoints while c is frozen
+if want 3 || want 3c; then
+d=3c
+PORTS=($(port) $(port) $(port))
+for s in a b c; do conf $d $s "a b c"; done
+for s in a b c; do start_ts $d $s $s.1.tlog; done
+cka=$(ckpt_at $d a a.1.tlog 3) && ckb=$(ckpt_at $d b b.1.tlog 3)
+if [[ -n $cka && -n $ckb ]]; then
+    mkdir -p $d/saved-a $d/saved-b
+    cp -a "$cka" $d/saved-a/
+    cp -a "$ckb" $d/saved-b/
+    ckpt_at $d a a.1.tlog 8 >/dev/null || no "3c: site a never saved round 8's checkpoint"
+    t0=$(date +%s.%N)
+    kill -STOP $PID_c
+    kill -KILL $PID_a $PID_b
+    wait $PID_a $PID_b 2>/dev/null
+    for s in a b; do restore $d $s "$d/saved-$s/$(basename "$cka")"; done
+    for s in a b; do start_ts $d $s $s.2.tlog --resume $d/run-$s; done
+    sleep $((3 * T))
+    t1=$(date +%s.%N)
+    kill -CONT $PID_c
+    for s in a b c; do
+        eval "await \$PID_$s 300"
+        rc=$?
+        [[ $rc -eq 0 ]] || { no "3c: site $s failed (rc $rc)"; tail -n 3 $d/$s.*.tlog | cut -c1-200; }
+    done
+    if th=$(same_theta $d a b c); then
+        ok "3c: a and b restarted from round 3's checkpoints while c was frozen: all end on theta $th"
+    else
+        no "3c: the sites end on different theta"
+    fi
+    grep -h "restarted:\|replaying\|as a pull\|checkpoint is at" $d/*.tlog | cut -c1-220 | head -8
+    stale_check $d $T c "$t0" "$t1" && ok "3c: no round committed twice, no silent wait" ||
+        no "3c: a round committed twice or a silent wait"
+else
+    no "3c: no checkpoint of round 3"
+    kill -KILL $PID_a $PID_b $PID_c 2>/dev/null
+fi
+fi
 fi
 
 al_test_end

@@ -92,6 +92,7 @@ typedef struct site {
     uint32_t xm;
     double xt0;
     long train_seq;
+    uint64_t lives;                   /* starts so far: the incarnation in its statuses */
     double heard[AL_ROUND_MAX_SITES]; /* last message from each peer */
 } site;
 
@@ -357,6 +358,7 @@ static void start_site(world *w, int i) {
     site *s = &w->s[i];
     al_round_cfg cfg = w->cfg;
     cfg.self = i;
+    cfg.incarnation = ++s->lives; /* greater at every start, as the agent's */
     al_err err;
     if (al_round_init(&s->m, &cfg, &s->disk, w->now, &err))
         return fail_inv(w, "site %d could not restart: %s", i, err.msg);
@@ -893,6 +895,39 @@ static void test_restart_holds_vote(void **st) {
     free(m);
 }
 
+/* A peer's status of a later incarnation (a restart) replaces the kept one
+ * even at an older round; a late status of an earlier one does not; a peer
+ * without incarnations (0) is compared by (round, epoch, vote). */
+static void test_restart_incarnation(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.incarnation = 5;
+    al_round *m = new_machine(&cfg, &START);
+    al_round_status me;
+    al_round_status_get(m, &me);
+    assert_int_equal(me.inc, 5);
+    al_round_event ev = {.type = AL_EV_STATUS, .now = 0.1, .peer = 1};
+    ev.st = (al_round_status){.round = 9, .epoch = 2, .inc = 100};
+    al_round_step(m, &ev);
+    ev.st = (al_round_status){.round = 4, .inc = 200}; /* restarted from an older state */
+    al_round_step(m, &ev);
+    assert_int_equal(m->peer[1].st.round, 4);
+    assert_int_equal(m->peer[1].st.inc, 200);
+    ev.st = (al_round_status){.round = 9, .epoch = 2, .inc = 100}; /* late, of its past life */
+    al_round_step(m, &ev);
+    assert_int_equal(m->peer[1].st.round, 4);
+    ev.st = (al_round_status){.round = 5, .inc = 200};
+    al_round_step(m, &ev);
+    assert_int_equal(m->peer[1].st.round, 5);
+    ev.peer = 2; /* no incarnations: an older status is not newer */
+    ev.st = (al_round_status){.round = 9};
+    al_round_step(m, &ev);
+    ev.st = (al_round_status){.round = 4};
+    al_round_step(m, &ev);
+    assert_int_equal(m->peer[2].st.round, 9);
+    free(m);
+}
+
 /* The first action of type t among got[0..n), or NULL. */
 static const al_round_action *find_act(const al_round_action *got, int n, al_round_action_type t) {
     for (int i = 0; i < n; i++)
@@ -1111,8 +1146,9 @@ static void test_alone_no_storm(void **st) {
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
-        cmocka_unit_test(test_alone_no_storm), cmocka_unit_test(test_carry_holder),                \
-        cmocka_unit_test(test_carry_fetch), cmocka_unit_test(test_commit_elsewhere)
+        cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
+        cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
+        cmocka_unit_test(test_commit_elsewhere)
 
 int main(int argc, char **argv) {
     prog = argv[0];

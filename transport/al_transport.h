@@ -116,6 +116,7 @@ typedef struct al_peer_status {
     uint32_t vote;
     uint8_t vote_hash[32];
     uint32_t members;
+    uint64_t incarnation; /* the sender's start, greater at each restart; 0: none */
 } al_peer_status;
 
 /* ---- TLS --------------------------------------------------------------------------- */

@@ -331,6 +331,9 @@ int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n) 
     if (m->vote != 2 && (m->vote_hash.len != 0 || m->members != 0))
         return bad(why, n, AL_ST_INVALID_ARGUMENT,
                    "heartbeat: a hash or members without a hash vote (vote %u)", m->vote);
+    if (m->incarnation != 0 && m->base_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: an incarnation without a round status (no base hash)");
     return AL_ST_OK;
 }
 
@@ -343,6 +346,7 @@ void wire_status_from(al_peer_status *out, const Autoloco__V1__Heartbeat *m) {
     out->vote = m->vote;
     if (m->vote_hash.len == 32) memcpy(out->vote_hash, m->vote_hash.data, 32);
     out->members = m->members;
+    out->incarnation = out->have_base ? m->incarnation : 0;
 }
 
 /* `st` must outlive m: the bytes fields point into it. */
@@ -359,6 +363,7 @@ void wire_status_to(Autoloco__V1__Heartbeat *m, const al_peer_status *st) {
         m->vote_hash.len = 32;
         m->members = st->members;
     }
+    if (st->have_base) m->incarnation = st->incarnation;
 }
 
 int wire_check_ack(const Autoloco__V1__ShardAck *m, char *why, size_t n) {

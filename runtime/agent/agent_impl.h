@@ -219,6 +219,12 @@ typedef struct agent {
     char pulled_policy[2048];
     json_t *pulled_stream; /* (streaming) its fragments' schedule (ag_stream_json) */
     char health[96];       /* the machine's "no quorum: ..." as last reported */
+    /* the driver's wait (log_wait, agent_round.c): the machine in (round,
+     * epoch) since wait_since, last logged at wait_logged, looked at wait_seen */
+    long wait_round;
+    uint64_t wait_epoch;
+    int wait_fin;
+    double wait_since, wait_logged, wait_seen;
     /* the inbox and outbox of the heartbeats (agent_hb.c), under mu */
     al_peer_status pst[AG_MAX_SITES]; /* a peer's latest status */
     int pst_new[AG_MAX_SITES];        /* ... not yet fed to the machine */

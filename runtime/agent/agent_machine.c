@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- hashes and statuses -------------------------------------------------------------- */
@@ -30,6 +31,7 @@ static void status_in(const al_peer_status *p, al_round_status *st) {
         st->value.members = p->members;
         st->value.origin = p->epoch; /* the agent runs the machine without carry */
     }
+    st->inc = p->incarnation;
 }
 
 void ag_status_out(const al_round_status *st, al_peer_status *p) {
@@ -43,6 +45,7 @@ void ag_status_out(const al_round_status *st, al_peer_status *p) {
         memcpy(p->vote_hash, st->value.hash.b, 32);
         p->members = st->value.members;
     }
+    p->incarnation = st->inc;
 }
 
 /* Feed one event, stamped now. With AL_LOG=debug, every event that changes
@@ -240,6 +243,17 @@ static int restore_candidate(agent *a, al_round_start *st, al_err *err) {
     }
     char p[4300];
     ag_hard_path(a, "candidate.bin", -1, p, sizeof p);
+    if (access(p, F_OK) != 0) { /* stopped between the apply's rename and hard.json */
+        char c[4300];
+        ag_hard_path(a, NULL, a->round + 1, c, sizeof c);
+        if (access(c, R_OK) == 0) {
+            al_logf(&a->log, AL_LOG_INFO,
+                    "site %s: round %ld: no candidate.bin: the candidate voted for was renamed "
+                    "to %s by the commit (checked below)",
+                    a->name[a->self], a->round, c);
+            snprintf(p, sizeof p, "%s", c);
+        }
+    }
     int rc = al_outer_load(&a->cand, p, &a->outer.cfg, err);
     if (rc) return al_err_prefix(err, "round %ld: the candidate voted for", a->round);
     ag_cand_hash(a, 0, a->P);
@@ -272,6 +286,17 @@ static int restore_candidate(agent *a, al_round_start *st, al_err *err) {
     return 0;
 }
 
+/* This start of the site, shown in its statuses: the wall clock's microseconds
+ * times 1024 plus the pid's low bits, so a restart's is greater (peers then take
+ * its status even at an older round) and two starts in one microsecond differ. */
+static uint64_t incarnation(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t us = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    uint64_t v = us << 10 | ((uint64_t)getpid() & 1023u);
+    return v ? v : 1; /* 0 means none */
+}
+
 int ag_machine_init(agent *a, al_err *err) {
     for (int i = 0; i < a->nsites; i++) {
         a->name_p[i] = a->name[i];
@@ -284,7 +309,10 @@ int ag_machine_init(agent *a, al_err *err) {
                        .heartbeat_s = a->cfg->round_heartbeat_s,
                        .peer_timeout_s = a->cfg->round_peer_timeout_s,
                        .deadline_s = a->cfg->round_deadline_s,
-                       .names = a->name_p};
+                       .names = a->name_p,
+                       .incarnation = incarnation()};
+    al_logf(&a->log, AL_LOG_INFO, "site %s: incarnation %016llx", a->name[a->self],
+            (unsigned long long)rc.incarnation);
     al_round_start st;
     memset(&st, 0, sizeof st);
     st.last.round = -1;

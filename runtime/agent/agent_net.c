@@ -556,6 +556,7 @@ static int wait_slots(agent *a, ag_slot (*slots)[AG_MAX_SITES], const int *mem, 
     uint64_t tag = ag_attempt_tag(epoch, members);
     struct timespec dl;
     deadline_in(&dl, a->cfg->round_deadline_s);
+    double t0 = al_now(), T = a->cfg->round_peer_timeout_s, next = t0 + T;
     for (;;) {
         int missing = -1;
         for (int j = 0; j < M && missing < 0; j++)
@@ -570,7 +571,19 @@ static int wait_slots(agent *a, ag_slot (*slots)[AG_MAX_SITES], const int *mem, 
         if (gone_elsewhere(a, missing, epoch, members, &why))
             return al_errf(err, AL_EPEER, "round %ld: no %s from %s: %s", a->round, what,
                            a->name[missing], why);
-        if (!wait_until(a, &dl))
+        double now = al_now();
+        if (now >= next) { /* a wait past peer_timeout_s says what it waits for */
+            al_logf(&a->log, AL_LOG_INFO,
+                    "round %ld: waiting %.0f s for %s's %s (gives up at %.0f s, or when it is "
+                    "down)",
+                    a->round, now - t0, a->name[missing], what, a->cfg->round_deadline_s);
+            next = now + T;
+        }
+        struct timespec step;
+        deadline_in(&step, next - now);
+        int last =
+            (step.tv_sec > dl.tv_sec || (step.tv_sec == dl.tv_sec && step.tv_nsec > dl.tv_nsec));
+        if (!wait_until(a, last ? &dl : &step) && last)
             return al_errf(err, AL_ETIMEOUT, "round %ld: no %s from %s within %.0f s", a->round,
                            what, a->name[missing], a->cfg->round_deadline_s);
     }

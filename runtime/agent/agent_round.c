@@ -722,6 +722,59 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
     return 0;
 }
 
+/* No wait is silent: while the machine stays in one (round, epoch) for longer
+ * than peer_timeout_s, say what it waits for (its phase) and what each peer
+ * shows, once every peer_timeout_s. Time spent in an action (training an
+ * interval, an exchange, which logs its own waits, a pull) does not count. */
+static void log_wait(agent *a, double now) {
+    al_round_status s;
+    al_round_status_get(&a->rm, &s);
+    int ph = (int)a->rm.phase;
+    int training = ph == AL_PH_TRAIN && !a->finished && a->mine_round != a->round;
+    if (s.round != a->wait_round || s.epoch != a->wait_epoch || a->finished != a->wait_fin ||
+        a->wait_since == 0 || training || now - a->wait_seen > 1.0) {
+        a->wait_round = s.round;
+        a->wait_epoch = s.epoch;
+        a->wait_fin = a->finished;
+        a->wait_since = a->wait_logged = a->wait_seen = now;
+        return;
+    }
+    a->wait_seen = now;
+    double T = a->cfg->round_peer_timeout_s;
+    if (now - a->wait_logged < T) return;
+    a->wait_logged = now;
+    static const char *const votes[] = {"no vote", "voted null", "voted a hash"};
+    char peers[640] = "";
+    size_t o = 0;
+    for (int i = 0; i < a->nsites && o < sizeof peers; i++) {
+        if (i == a->self) continue;
+        const al_round_peer *p = &a->rm.peer[i];
+        int w;
+        if (!p->have)
+            w = snprintf(peers + o, sizeof peers - o, "; %s: no status yet%s", a->name[i],
+                         p->alive ? "" : " (not heard)");
+        else
+            w = snprintf(peers + o, sizeof peers - o,
+                         "; %s: %s, round %ld attempt %llu, %s, statistics %s", a->name[i],
+                         p->alive ? "up" : "down", p->st.round, (unsigned long long)p->st.epoch,
+                         votes[p->st.vote >= 0 && p->st.vote <= 2 ? p->st.vote : 0],
+                         p->stats_round == s.round && p->stats_epoch == s.epoch ? "in" : "not in");
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+    const char *what = a->finished            ? "done, waiting for the peers to see the last commit"
+                       : ph == AL_PH_JOIN     ? "waiting for peers to start"
+                       : ph == AL_PH_TRAIN    ? "waiting for the round to start"
+                       : ph == AL_PH_STATS    ? "waiting for the peers' statistics"
+                       : ph == AL_PH_EXCHANGE ? "waiting for the exchange"
+                       : ph == AL_PH_VOTED    ? "voted, waiting for the other votes"
+                       : ph == AL_PH_SYNC     ? "waiting to pull the committed state"
+                                              : "waiting";
+    al_logf(&a->log, AL_LOG_INFO, "round %ld, attempt %llu: %s (%s) for %.0f s%s%s%s", s.round,
+            (unsigned long long)s.epoch, what, al_round_phase_name(a->rm.phase),
+            now - a->wait_since, a->rm.health[0] ? "; " : "", a->rm.health, peers);
+}
+
 /* ---- the loop ------------------------------------------------------------------------- */
 
 int ag_drive(agent *a, double *eval, al_err *err) {
@@ -772,6 +825,7 @@ int ag_drive(agent *a, double *eval, al_err *err) {
             }
         }
         ag_report_health(a);
+        log_wait(a, now);
         if (did) continue;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

@@ -123,6 +123,10 @@ typedef struct al_round_status {
     int accepted;
     uint64_t acc_epoch;
     al_round_value acc_value;
+    /* the sender's incarnation (al_round_cfg.incarnation): a status of a later
+     * one replaces the peer's kept status even when it is not newer (a site
+     * restarted from an older state); 0: a sender without incarnations */
+    uint64_t inc;
 } al_round_status;
 
 /* A vote as persisted: the last one a site cast in `round`, the highest
@@ -223,6 +227,9 @@ typedef struct al_round_cfg {
      * statuses to report their accepted values and AL_ACT_FETCH carried out.
      * 0: the first protocol, which waits for the votes of dead sites. */
     int carry;
+    /* this start of the site, greater at every restart (the agent: the start
+     * time in microseconds and the pid), shown in every status; 0: none */
+    uint64_t incarnation;
 } al_round_cfg;
 
 /* Where a site (re)starts: its persisted commit and its persisted last vote. */

@@ -125,8 +125,15 @@ static int veq(const al_round_value *x, const al_round_value *y) {
     return heq(&x->hash, &y->hash) && x->members == y->members;
 }
 
-/* Is status x newer than y? (round, epoch), then a vote over none. */
+/* Is status x newer than y? A later incarnation (a restart) first, then
+ * (round, epoch), then a vote over none. A restarted peer's status replaces
+ * what it showed before it even at an older (round, epoch): what it showed
+ * then is facts it persisted, so it shows them again, or a state it left;
+ * counting a vote no longer shown as unseen only adds possible votes, which
+ * never proves a void or a commit that did not happen. A late status of an
+ * earlier incarnation is stale. */
 static int newer(const al_round_status *x, const al_round_status *y) {
+    if (x->inc != y->inc) return x->inc > y->inc;
     if (x->round != y->round) return x->round > y->round;
     if (x->epoch != y->epoch) return x->epoch > y->epoch;
     return x->vote != AL_VOTE_NONE || y->vote == AL_VOTE_NONE;
@@ -857,6 +864,13 @@ void al_round_step(al_round *m, const al_round_event *ev) {
     case AL_EV_STATUS:
         if (!from_peer) break;
         heard(m, j, now);
+        if (m->peer[j].have && ev->st.inc > m->peer[j].st.inc && m->peer[j].st.inc) {
+            char nm[16];
+            site_name(m, j, nm);
+            note(m, AL_LOG_INFO, "%s restarted: at round %ld, attempt %llu (it showed %ld, %llu)",
+                 nm, ev->st.round, (unsigned long long)ev->st.epoch, m->peer[j].st.round,
+                 (unsigned long long)m->peer[j].st.epoch);
+        }
         if (!m->peer[j].have || newer(&ev->st, &m->peer[j].st)) m->peer[j].st = ev->st;
         m->peer[j].have = 1;
         break;
@@ -930,6 +944,7 @@ void al_round_status_get(const al_round *m, al_round_status *st) {
     st->base = m->base;
     st->vote = m->vote;
     st->value = m->value;
+    st->inc = m->cfg.incarnation;
     const al_round_value *acc = accepted(m);
     if (acc) {
         st->accepted = 1;
