@@ -12,7 +12,7 @@
 #include <string.h>
 
 enum { MAXK = 512 };
-static char listed[MAXK][96];
+static char listed[MAXK][256];
 static int nlisted, fails;
 
 static void fail(const char *what, const char *detail) {
@@ -48,7 +48,7 @@ static void code(const char *s, char *out, size_t cap) {
 }
 
 static void check_key(const char *sec, const char *key, const char *def, const char *use) {
-    char what[160];
+    char what[512];
     snprintf(what, sizeof what, "[%s] %s = %s", sec, key, def);
     if (!strcmp(def, "''")) def = "";
     al_config c;
@@ -65,7 +65,7 @@ static void check_key(const char *sec, const char *key, const char *def, const c
 }
 
 static void check_policy(const char *name, const char *key, const char *def) {
-    char what[160];
+    char what[512];
     snprintf(what, sizeof what, "[policy] name = %s: %s = %s", name, key, def);
     al_policy *p;
     al_err err = {0};
