@@ -119,6 +119,7 @@ conf() {
         echo "fragments = ${AL_TEST_FRAGMENTS:-16}"
         echo "overlap_steps = ${AL_TEST_TAU:-half}"
         echo "lr = ${OUTER_LR:-0.7}"
+        [[ -n ${S_REF:-} ]] && echo "s_ref = $S_REF"
         echo "[policy]"
         echo "name = fixed"
         echo "h_base = ${H:-10}"
@@ -554,6 +555,25 @@ if [[ -n $ref && $sim_hash == "$ref" ]]; then
     ok "a 2-site sim with the same settings ends on the 2-site agents' theta ($ref)"
 else
     no "sim vs agents: sim $sim_hash, agents $ref: $(tail -n 2 sim.out)"
+fi
+# [outer] s_ref (issue 36): the agents read it as the simulator does. With
+# fixed H = 50 the correction's S_r / S_ref is 1 at the default S_ref = h_base;
+# at S_ref = 20 it is 2.5, so theta must change, and the sim must follow.
+PORTS=($(port) $(port))
+for s in a b; do S_REF=20 PRESET=demo STEPS=150 H=50 conf r4s $s "a b"; done
+run2 r4s || no "s_ref run failed: $(tail -n 2 r4s/*.log)"
+sref=$(hash_of r4s/run-a/summary.json)
+"$bin" sim --json --sites 2 --policy fixed --correction autoloco --set policy.h_base=50 \
+    --set model.preset=demo --set data.train="$tmp/data/train.bin" --set data.val="$tmp/data/val.bin" \
+    --set inner.batch=4 --set inner.seq=32 --set inner.steps=150 --set inner.warmup=5 \
+    --set inner.lr=1e-2 --set inner.threads=1 --set inner.eval_batches=4 \
+    --codec int8+zstd --set outer.lr=0.7 --set outer.s_ref=20 --overlap "${AL_TEST_OVERLAP:-none}" \
+    --set outer.fragments="${AL_TEST_FRAGMENTS:-16}" --set outer.overlap_steps="${AL_TEST_TAU:-half}" >sim-s.out 2>&1
+sim_s=$(tail -n 1 sim-s.out | python3 -c 'import json,sys; print(json.load(sys.stdin)["hash"])' 2>/dev/null)
+if [[ -n $sref && $sref != "$ref" && $sim_s == "$sref" ]]; then
+    ok "[outer] s_ref = 20 in the agents: theta changes ($sref, not $ref) and a sim with it ends there too"
+else
+    no "s_ref: agents $sref (default $ref), sim $sim_s: $(tail -n 2 sim-s.out)"
 fi
 # The round records carry the hash each commit kept (the candidate's; with
 # streaming rehashed on its fragment's chunks only, ag_cand_hash); the summary

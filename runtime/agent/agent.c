@@ -215,9 +215,12 @@ static int setup_outer(agent *a, const al_config *c, al_err *err) {
         strcmp(c->outer_correction, "none") ? AL_CORRECTION_AUTOLOCO : AL_CORRECTION_NONE;
     /* S_ref: one DiLoCo interval's progress, in the unit [outer] progress names
      * (steps: S_r = H_r; lr: S_r = Σ η_t). docs/results/autoloco-sweep.md has
-     * the evidence for steps. */
+     * the evidence for steps. [outer] s_ref > 0 sets it outright, as it does
+     * in the simulator (where 0 derives it from h_base the same way). */
     a->progress_lr = !strcmp(c->outer_progress, "lr");
-    oc.s_ref = a->progress_lr ? a->h_base * c->inner_lr : a->h_base;
+    oc.s_ref = c->outer_s_ref > 0 ? c->outer_s_ref
+               : a->progress_lr   ? a->h_base * c->inner_lr
+                                  : a->h_base;
     int rc;
     if ((rc = al_outer_init(&a->outer, &oc, ag_theta_local(a), a->P, err))) return rc;
     a->outer_h_ok = 0;
