@@ -223,8 +223,11 @@ EOF
 fi
 
 # ---- 2. faults: kill mid-interval / mid-sync, rejoin with --resume ---------------
-for fault in ${AL_TEST_CASES:-interval stats}; do
-    dir=r2-$fault
+# (a case ending in + is a second try: see the interval case's check below)
+cases=(${AL_TEST_CASES:-interval stats})
+for ((ci = 0; ci < ${#cases[@]}; ci++)); do
+    fault=${cases[ci]%+}
+    dir=r2-${cases[ci]}
     PORTS=($(port) $(port) $(port))
     for s in a b c; do PRESET=demo STEPS=200 EVERY=1 conf $dir $s "a b c"; done
     # mid-stats: a and b also pause 0.7 s between committing a round and
@@ -271,6 +274,15 @@ EOF
         no "$fault kill: survivors did not finish round 3 without c: $(grep round $dir/a.log | head -5)"
     elif ! grep -q "joined at round" $dir/c.log; then
         no "$fault kill: c did not rejoin: $(tail -n 3 $dir/c.log)"
+    elif [[ $fault == interval && ${cases[ci]} != *+ ]] &&
+        ! grep -q "pulling the committed state from a" $dir/c.log; then
+        # c pulls from the furthest peer it has heard, a only at a tie: when
+        # b's status was a round ahead of a's (a loaded machine: the ASan run
+        # with sections side by side), a's half state was never offered, so
+        # the refusal below was not exercised. Run the case once more; a
+        # second miss fails it (the branch below).
+        echo "note: c pulled from b first ($(grep -h "pulling the committed" $dir/c.log | head -n 1 | cut -c1-120)): the interval case again"
+        cases+=("interval+")
     elif [[ $fault == interval ]] && ! { grep -q "joining: the state from a refused.*trying another peer" $dir/c.log &&
         grep -q "joined at round .*(state from b)" $dir/c.log; }; then
         no "interval kill: c should have refused a's half state and joined from b: $(grep -h "joining\|joined" $dir/c.log)"
