@@ -140,6 +140,42 @@ static void hard_clear(ag_hard *h) {
     h->held_round = -1;
 }
 
+/* hard.json's "log": the commits since the last checkpoint, into h->log. */
+static int log_read(json_t *log, ag_hard *h, const char *path, al_err *err) {
+    size_t i;
+    json_t *e;
+    json_array_foreach(log, i, e) {
+        ag_hard_entry *x = &h->log[h->nlog];
+        json_int_t r = 0, eh = 0, es = 0, em = 0;
+        const char *ex = NULL;
+        if (json_unpack(e, "{s:I, s:s, s:I, s:I, s:I}", "round", &r, "hash", &ex, "h", &eh, "step",
+                        &es, "members", &em) ||
+            ag_hex32(ex, x->hash.b))
+            return bad(path, "its log of commits is malformed", err);
+        x->round = (long)r;
+        x->h = (long)eh;
+        x->step = (long)es;
+        x->members = (uint32_t)em;
+        h->nlog++;
+    }
+    return 0;
+}
+
+/* hard.json's "held": the candidate of the round's last hash vote. */
+static int held_read(json_t *held, ag_hard *h, const char *path, al_err *err) {
+    json_int_t hr = 0, hn = 0;
+    json_t *hv = NULL;
+    const char *hp = NULL;
+    if (json_unpack(held, "{s:I, s:o, s:I, s:s}", "round", &hr, "value", &hv, "h_next", &hn,
+                    "policy", &hp) ||
+        value_read(hv, &h->held) || strlen(hp) >= sizeof h->held_policy)
+        return bad(path, "its held candidate is malformed", err);
+    h->held_round = (long)hr;
+    h->held_h_next = (long)hn;
+    snprintf(h->held_policy, sizeof h->held_policy, "%s", hp);
+    return 0;
+}
+
 int ag_hard_load(agent *a, al_err *err) {
     char path[4300];
     ag_hard_path(a, HARD_FILE, -1, path, sizeof path);
@@ -193,39 +229,9 @@ int ag_hard_load(agent *a, al_err *err) {
         h->vote.promised = (uint64_t)vp;
         h->vote.accepted = vacc;
         h->vote.acc_epoch = (uint64_t)vae;
-        size_t i;
-        json_t *e;
-        json_array_foreach(log, i, e) {
-            ag_hard_entry *x = &h->log[h->nlog];
-            json_int_t r = 0, eh = 0, es = 0, em = 0;
-            const char *ex = NULL;
-            if (json_unpack(e, "{s:I, s:s, s:I, s:I, s:I}", "round", &r, "hash", &ex, "h", &eh,
-                            "step", &es, "members", &em) ||
-                ag_hex32(ex, x->hash.b)) {
-                rc = bad(path, "its log of commits is malformed", err);
-                break;
-            }
-            x->round = (long)r;
-            x->h = (long)eh;
-            x->step = (long)es;
-            x->members = (uint32_t)em;
-            h->nlog++;
-        }
+        rc = log_read(log, h, path, err);
     }
-    if (rc == 0 && !json_is_null(held)) {
-        json_int_t hr = 0, hn = 0;
-        json_t *hv = NULL;
-        const char *hp = NULL;
-        if (json_unpack(held, "{s:I, s:o, s:I, s:s}", "round", &hr, "value", &hv, "h_next", &hn,
-                        "policy", &hp) ||
-            value_read(hv, &h->held) || strlen(hp) >= sizeof h->held_policy)
-            rc = bad(path, "its held candidate is malformed", err);
-        else {
-            h->held_round = (long)hr;
-            h->held_h_next = (long)hn;
-            snprintf(h->held_policy, sizeof h->held_policy, "%s", hp);
-        }
-    }
+    if (rc == 0 && !json_is_null(held)) rc = held_read(held, h, path, err);
     json_decref(j);
     if (rc) hard_clear(h);
     return rc;
