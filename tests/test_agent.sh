@@ -852,7 +852,11 @@ fi
 # gives up (3 tries of deadline_s), or, if the pull was done, once the round
 # it cannot commit alone has had its time (2 deadlines + peer_timeout_s);
 # before, it waited out the join's timeout (4 deadlines + 60 s) and exited 1.
-# (deadline_s 3 s, unless a sanitized run asks for more)
+# (deadline_s 3 s, unless a sanitized run asks for more.) The bound is that
+# timeout less 15 s: on a loaded machine (sections side by side beside a
+# build) the pull finished before the freeze, c trained a round and waited
+# its 2 deadlines + peer_timeout_s, and exited 0 after 36 s, against 1 s
+# here when idle and 16 s under three busy loops.
 jd=${AL_TEST_DEADLINE:-3}
 PORTS=($(port) $(port) $(port))
 for s in a b c; do STEPS=4000 DEADLINE=$jd conf r9j $s "a b c"; done
@@ -865,12 +869,12 @@ kill -STOP "$PID_a" "$PID_b"
 sleep 1
 kill -TERM "$PID_c"
 tj=$(date +%s)
-await "$PID_c" $((3 * jd + 30))
+await "$PID_c" $((4 * jd + 60))
 rc=$?
 tj=$(($(date +%s) - tj))
 kill -KILL "$PID_a" "$PID_b" 2>/dev/null
 kill -CONT "$PID_a" "$PID_b" 2>/dev/null
-if [[ $rc -eq 0 ]] && grep -q "pulling the committed state from" r9j/c.log && ((tj <= 3 * jd + 15)); then
+if [[ $rc -eq 0 ]] && grep -q "pulling the committed state from" r9j/c.log && ((tj <= 4 * jd + 45)); then
     ok "SIGTERM while joining: c ends with status 0 after ${tj} s"
 else
     no "SIGTERM while joining: status $rc after ${tj} s: $(tail -n 3 r9j/c.log)"
