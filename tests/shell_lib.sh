@@ -3,6 +3,7 @@
 # sets bin (the autoloco binary, absolute), tmp (a fresh folder under /tmp,
 # removed at exit unless AL_TEST_KEEP is set), pids (processes killed at exit:
 # append yours), and the counters behind ok/no; the caller ends with al_test_end.
+# start, await and hash_of (below) start agents, wait for them, read their hash.
 # port prints a free port for an agent to listen on (free_port.py: below the
 # kernel's ephemeral range, which other tests' connections draw from).
 al_lib_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,3 +29,31 @@ al_test_end() {
     echo "$pass passed, $fail failed"
     [[ $fail -eq 0 ]]
 }
+
+# The agents a test starts (tests/test_agent.sh, test_durable.sh):
+# start DIR SITE [ARGS...] -- an agent in the background, its log in DIR/SITE.log
+start() {
+    local dir=$1 me=$2
+    shift 2
+    "$bin" agent -c "$dir/$me.ini" "$@" >>"$dir/$me.log" 2>&1 &
+    pids+=($!)
+    eval "PID_$me=$!"
+}
+
+# await PID SECONDS -- wait for a process, at most SECONDS; its exit status
+await() {
+    local p=$1 t=$2 i
+    for ((i = 0; i < t * 10; i++)); do
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$p" 2>/dev/null; then
+        kill -KILL "$p"
+        wait "$p" 2>/dev/null
+        return 124
+    fi
+    wait "$p"
+}
+
+# theta_global's hash in a run's summary.json
+hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["theta_hash"])' "$1" 2>/dev/null; }

@@ -135,32 +135,6 @@ conf() {
     } >"$dir/$me.ini"
 }
 
-# start DIR SITE [ARGS...] -- an agent in the background, its log in DIR/SITE.log
-start() {
-    local dir=$1 me=$2
-    shift 2
-    "$bin" agent -c "$dir/$me.ini" "$@" >>"$dir/$me.log" 2>&1 &
-    pids+=($!)
-    eval "PID_$me=$!"
-}
-
-# await PID SECONDS -- wait for a process, at most SECONDS; its exit status
-await() {
-    local p=$1 t=$2 i
-    for ((i = 0; i < t * 10; i++)); do
-        kill -0 "$p" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$p" 2>/dev/null; then
-        kill -KILL "$p"
-        wait "$p" 2>/dev/null
-        return 124
-    fi
-    wait "$p"
-}
-
-hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["theta_hash"])' "$1" 2>/dev/null; }
-
 # run2 DIR [resume] -- sites a and b of DIR to the end (resume: each from its
 # checkpoints); status 0 if both end with 0
 run2() {

@@ -88,30 +88,6 @@ conf() {
     } >"$dir/$me.ini"
 }
 
-# start DIR SITE [ARGS...] -- an agent in the background, its log in DIR/SITE.log
-start() {
-    local dir=$1 me=$2
-    shift 2
-    "$bin" agent -c "$dir/$me.ini" "$@" >>"$dir/$me.log" 2>&1 &
-    pids+=($!)
-    eval "PID_$me=$!"
-}
-
-# await PID SECONDS -- wait for a process, at most SECONDS; its exit status
-await() {
-    local p=$1 t=$2 i
-    for ((i = 0; i < t * 10; i++)); do
-        kill -0 "$p" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$p" 2>/dev/null; then
-        kill -KILL "$p"
-        wait "$p" 2>/dev/null
-        return 124
-    fi
-    wait "$p"
-}
-
 # await_line FILE TEXT SECONDS -- wait until FILE has a line with TEXT
 await_line() {
     local f=$1 text=$2 t=$3 i
@@ -121,8 +97,6 @@ await_line() {
     done
     return 1
 }
-
-hash_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["theta_hash"])' "$1" 2>/dev/null; }
 
 # no_double_commit DIR -- no round has two θ in any site's event log
 no_double_commit() {
