@@ -671,8 +671,13 @@ fi
 # ended on its thread, was never joined): its checkpoint must hold interval 1
 # as it ended (not interval 2's guessed start under round 1's number, which a
 # resume refused). b saves every round; both resumed, they finish on one theta.
-if [[ ${AL_TEST_OVERLAP:-none} != none ]]; then
-    dir=r5c
+# (b's interval 1 ends on its thread while round 0 is voted: on a loaded
+# machine b froze once before its round 0 vote reached a, a never committed
+# round 0 and the stop came before round 0 instead. That misses the case, not
+# the property: it runs once more, and a second miss fails below.)
+for try in 1 2; do
+  if [[ ${AL_TEST_OVERLAP:-none} != none ]]; then
+    dir=r5c$try
     PORTS=($(port) $(port))
     STEPS=60 H=10 DEADLINE=2 HB=0.5 PT=2 conf $dir a "a b"
     EVERY=1 STEPS=60 H=10 DEADLINE=2 HB=0.5 PT=2 conf $dir b "a b"
@@ -681,6 +686,13 @@ if [[ ${AL_TEST_OVERLAP:-none} != none ]]; then
     for _ in $(seq 1 1200); do [[ $(ps -o stat= -p "$PID_b") == T* ]] && break; sleep 0.05; done
     # (b froze after its round 0 commit; a's may come a moment later)
     for _ in $(seq 1 200); do grep -q "round 0 |" $dir/a.log && break; sleep 0.05; done
+    if [[ $try == 1 ]] && ! grep -q "round 0 |" $dir/a.log; then
+        echo "note: b froze before a committed round 0: the case again"
+        kill -KILL "$PID_a" "$PID_b" 2>/dev/null
+        kill -CONT "$PID_b" 2>/dev/null
+        wait "$PID_a" "$PID_b" 2>/dev/null
+        continue
+    fi
     kill -TERM "$PID_a"
     rc=0
     await "$PID_a" 60 || rc=1
@@ -699,7 +711,9 @@ if [[ ${AL_TEST_OVERLAP:-none} != none ]]; then
     else
         no "overlap stop before commit: rc $rc, saved round '$saved': $(grep -h 'error\|stopping\|resumed\|saved' $dir/a.log | head -5)"
     fi
-fi
+  fi
+  break
+done
 
 # ---- 3d. streaming: a merge that meets a non-finite value ---------------------------
 # Streaming only. AL_FAULT=nanmerge:3 puts a NaN in the span start a merges
