@@ -300,6 +300,38 @@ for lie in "badstats:$((n + 1)) inner steps, this site ran $n" "badtokens:2^63 o
     fi
 done
 
+# ---- 2i. statistics pushed again with other numbers (issue 32) --------------------
+# c pushes its statistics of every round from round 1 on, then again for the
+# same (round, attempt) with one inner step more and with tokens 2^64-1. a and
+# b keep the first (the ones their machines were fed), refuse the others with
+# a log line, and go on with c as a member: all three end on one theta, at no
+# less than 80% of the pace of the same run without the fault, started beside
+# it (both share the machine alike).
+for d in r2i-ref r2i-repush; do
+    PORTS=($(port) $(port) $(port))
+    for s in a b c; do STEPS=100 conf $d $s "a b c"; done
+done
+t0=$(date +%s.%N)
+for s in a b c; do start r2i-ref $s; eval "REF_$s=\$PID_$s"; done
+start r2i-repush a
+start r2i-repush b
+AL_FAULT=repush:1 start r2i-repush c
+rc=0 t_ref= t_rep=
+for s in a b c; do await "$(eval echo \$REF_$s)" 400 || rc=1; done
+t_ref=$(python3 -c "import time,sys; print(time.time() - float(sys.argv[1]))" "$t0")
+for s in a b c; do await "$(eval echo \$PID_$s)" 400 || rc=1; done
+t_rep=$(python3 -c "import time,sys; print(time.time() - float(sys.argv[1]))" "$t0")
+h=() dir=r2i-repush
+for s in a b c; do h+=("$(hash_of $dir/run-$s/summary.json)"); done
+refused=$(cat $dir/a.log $dir/b.log | grep -c "refused c's statistics: statistics for round [0-9]*, attempt [0-9]* were already taken from c, with other numbers")
+if [[ $rc -eq 0 && -n ${h[0]} && ${h[0]} == "${h[1]}" && ${h[0]} == "${h[2]}" && ${refused:-0} -ge 4 ]] &&
+    ! grep -q "leaving c out" $dir/a.log $dir/b.log &&
+    python3 -c "import sys; sys.exit(float(sys.argv[2]) > float(sys.argv[1]) / 0.8)" "$t_ref" "$t_rep"; then
+    ok "statistics pushed again with other numbers: refused ($refused times), c stays a member, a, b and c end on one theta, in ${t_rep%.*} s against ${t_ref%.*} s without the fault"
+else
+    no "re-pushed statistics: status $rc, hashes ${h[*]}, $refused refusals, ${t_rep} s vs ${t_ref} s: $(grep -h 'refused\|leaving\|error' $dir/a.log $dir/b.log | head -3)"
+fi
+
 # ---- 2f. a silent site: failure detection by heartbeats (issue 13) ------------------
 # b freezes itself (SIGSTOP) mid-interval: it neither answers nor refuses. With
 # [round] deadline_s = 30, a would wait 30 s for it; its heartbeats stop, so a

@@ -128,12 +128,14 @@ int al_agent_check_config(const al_config *c, al_err *err) {
 /* AL_FAULT (tests): the fault this site injects, if any (agent_impl.h). */
 static void parse_faults(agent *a) {
     a->fault_interval = a->fault_stats = a->fault_badstats = a->fault_badtokens = -1;
+    a->fault_repush = -1;
     const char *fault = getenv("AL_FAULT");
     if (fault && !strncmp(fault, "interval:", 9)) a->fault_interval = atol(fault + 9);
     if (fault && !strncmp(fault, "stats:", 6)) a->fault_stats = atol(fault + 6);
     if (fault && !strncmp(fault, "publish:", 8)) a->fault_publish_ms = atol(fault + 8);
     if (fault && !strncmp(fault, "badstats:", 9)) a->fault_badstats = atol(fault + 9);
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
+    if (fault && !strncmp(fault, "repush:", 7)) a->fault_repush = atol(fault + 7);
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
     if (fault && !strncmp(fault, "liar:", 5)) a->fault_liar = atof(fault + 5);
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;

@@ -303,6 +303,9 @@ typedef struct agent {
     long fault_badstats;         /* AL_FAULT=badstats:R / badtokens:R: send round R's */
     long fault_badtokens;        /* statistics with one inner step too many / with
                                   * tokens 2^64-1 (a lying peer) */
+    long fault_repush;           /* AL_FAULT=repush:R: after each taken push of round >= R's
+                                  * statistics, push them again for the same (round, attempt)
+                                  * with one inner step more and with tokens 2^64-1 */
     long fault_freeze;           /* AL_FAULT=freeze:R: SIGSTOP halfway through round R's interval
                                   * (a site that neither answers nor refuses) */
     int fault_badstate;          /* AL_FAULT=badstate: serve half of θ's state to joiners */

@@ -123,6 +123,25 @@ static void hk_done(void *u, const al_shard_meta *m, uint8_t *dst, int complete)
     pthread_mutex_unlock(&a->mu);
 }
 
+/* A peer's statistics for (round, attempt). Once taken they are fixed: the
+ * machine is fed these numbers and the exchange combines the same ones, so a
+ * second push for the same (round, attempt) is taken only if it is the same
+ * payload (a retry); any other is refused, and the first one stays. A push
+ * for a later attempt of the round replaces them (a new attempt, new
+ * members). */
+static void stats_from_wire(al_site_stats *d, int id, const al_stats *s) {
+    memset(d, 0, sizeof *d);
+    d->site = id;
+    d->steps = s->steps;
+    d->loss = s->mean_loss;
+    d->grad_norm = s->grad_norm;
+    d->delta_sq = s->delta_sq_norm;
+    d->lr_sum = s->inner_lr_sum;
+    d->tokens = s->tokens > (uint64_t)INT64_MAX ? -1 : (int64_t)s->tokens; /* -1: refused later */
+    d->compute_s = s->compute_s;
+    d->comm_s = s->comm_s;
+}
+
 static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
     agent *a = u;
     int id = ag_site_id(a, s->site);
@@ -138,21 +157,27 @@ static int hk_stats(void *u, const al_stats *s, char *why, size_t n) {
         st = AL_ST_FAILED_PRECONDITION;
     } else {
         int p = (int)(s->round & 1);
-        al_site_stats *d = &a->stats[p][id];
-        memset(d, 0, sizeof *d);
-        d->site = id;
-        d->steps = s->steps;
-        d->loss = s->mean_loss;
-        d->grad_norm = s->grad_norm;
-        d->delta_sq = s->delta_sq_norm;
-        d->lr_sum = s->inner_lr_sum;
-        d->tokens =
-            s->tokens > (uint64_t)INT64_MAX ? -1 : (int64_t)s->tokens; /* -1: refused later */
-        d->compute_s = s->compute_s;
-        d->comm_s = s->comm_s;
-        a->have_stats[p][id] = (int)s->round + 1; /* which round, +1 so 0 means none */
-        a->stats_epoch[p][id] = s->epoch;
-        pthread_cond_broadcast(&a->cv);
+        al_site_stats *d = &a->stats[p][id], nw;
+        stats_from_wire(&nw, id, s);
+        if (a->have_stats[p][id] == (int)s->round + 1 && a->stats_epoch[p][id] == s->epoch) {
+            if (memcmp(&nw, d, sizeof nw) != 0) {
+                snprintf(why, n,
+                         "statistics for round %llu, attempt %llu were already taken from %s, "
+                         "with other numbers (steps %lld, tokens %lld; now %lld, %lld): the "
+                         "first stay",
+                         (unsigned long long)s->round, (unsigned long long)s->epoch, s->site,
+                         (long long)d->steps, (long long)d->tokens, (long long)nw.steps,
+                         (long long)nw.tokens);
+                st = AL_ST_ALREADY_EXISTS;
+                al_logf(&a->log, AL_LOG_WARN, "site %s: refused %s's statistics: %s",
+                        a->name[a->self], s->site, why);
+            }
+        } else {
+            *d = nw;
+            a->have_stats[p][id] = (int)s->round + 1; /* which round, +1 so 0 means none */
+            a->stats_epoch[p][id] = s->epoch;
+            pthread_cond_broadcast(&a->cv);
+        }
     }
     pthread_mutex_unlock(&a->mu);
     return st;
@@ -480,7 +505,23 @@ int ag_push_stats(agent *a, al_client *c, const al_site_stats *mine, long round,
     s.steps = (uint32_t)mine->steps;
     if (round == a->fault_badstats) s.steps += 1; /* test hooks: a peer that lies */
     if (round == a->fault_badtokens) s.tokens = UINT64_MAX;
-    return al_client_push_stats(c, &s, err);
+    int rc = al_client_push_stats(c, &s, err);
+    if (rc == 0 && a->fault_repush >= 0 && round >= a->fault_repush) {
+        /* test hook: the same (round, attempt) again, with other numbers */
+        al_stats lie[2] = {s, s};
+        lie[0].steps += 1;
+        lie[1].tokens = UINT64_MAX;
+        for (int j = 0; j < 2; j++) {
+            al_err e = {0};
+            int lrc = al_client_push_stats(c, &lie[j], &e);
+            al_logf(&a->log, AL_LOG_INFO,
+                    "site %s: AL_FAULT repush: round %ld's statistics "
+                    "again with %s: %s",
+                    a->name[a->self], round, j ? "tokens 2^64-1" : "one inner step more",
+                    lrc ? e.msg : "taken");
+        }
+    }
+    return rc;
 }
 
 /* ---- the round's exchange ------------------------------------------------------------- */
