@@ -837,9 +837,10 @@ out=$(timeout 60 "$bin" agent -c r7/b.ini 2>&1)
 rc=$?
 # (a refusing site ends at once; a refused one waits on for a peer that fits)
 await "$PID_a" 5
-if [[ $rc -ne 0 ]] && grep -qE "site (a|b) runs a different configuration \(run hash" <<<"$out
+# (the refusal names the key and both values: 0.5 at b, 0.7 at a)
+if [[ $rc -ne 0 ]] && grep -qE "site (a runs a different configuration: \[outer\] lr is 0.7 there, 0.5 here|b runs a different configuration: \[outer\] lr is 0.5 there, 0.7 here) \(run hash" <<<"$out
 $(cat r7/a.log)"; then
-    ok "a peer with another run configuration is refused: $(printf '%s\n%s\n' "$out" "$(cat r7/a.log)" | grep -o 'site . runs a different configuration (run hash [0-9a-f]*' | head -n 1)"
+    ok "a peer with another run configuration is refused, naming the key: $(printf '%s\n%s\n' "$out" "$(cat r7/a.log)" | grep -o 'site . runs a different configuration: [^(]*' | head -n 1)"
 else
     no "config hash mismatch: b status $rc: $out $(tail -n 2 r7/a.log)"
 fi

@@ -71,6 +71,17 @@ fresh; site c certs/a >site-c.ini
 refused "site-c.ini: \[tls\] cert: .*certs/a.pem names site 'a' \(its CN\), but \[site\] name = c" "another site's certificate"
 fresh; sed -i "s#^ca = .*#ca = $tmp/other/ca.pem#" site-c.ini
 refused '\[tls\] ca differs: site-a.ini has .*certs/ca.pem, site-c.ini has .*other/ca.pem' "another CA"
+# [policy]'s keys in another order and a number spelt otherwise: the same run
+# (a and b: h_base = 20 then h_min = 5; c: h_min = 5.0 then h_base = 2e1)
+runhash() { "$bin" config check site-a.ini site-b.ini site-c.ini 2>&1 | sed -n 's/.*run hash \([0-9a-f]*\).*/\1/p' | tail -1; }
+fresh
+for s in a b c; do sed -i 's/^h_base = 20$/h_base = 20\nh_min = 5/' site-$s.ini; done
+h0=$(runhash)
+sed -i '/^h_base = 20$/d; /^h_min = 5$/d; s/^name = autoloco/name = autoloco\nh_min = 5.0\nh_base = 2e1/' site-c.ini
+out=$("$bin" config check site-a.ini site-b.ini site-c.ini 2>&1)
+rc=$?
+h1=$(runhash)
+if [[ $rc -eq 0 && -n $h1 && $h1 == "$h0" ]]; then ok "[policy] keys in another order, h_base spelt 2e1: the same run hash ($h1)"; else no "policy order: rc $rc, $h1 vs $h0: $out"; fi
 fresh; sed -i 's/^name = b/name = a/' site-b.ini
 refused 'site-b.ini' "two files for site a"
 echo "$pass passed, $fail failed"

@@ -76,12 +76,24 @@ static void test_hello(void **state) {
     EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "members[1]");
     m.n_members = AL_MEMBERS_MAX + 1;
     EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "members");
+    m = good_hello(); /* the run configuration text: printable lines, bounded */
+    m.run_config = (char *)"model.preset = tiny\npolicy.h_base = 20\n";
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_OK, "");
+    m.run_config = (char *)"model.preset = tiny\tx\n";
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "run_config");
+    static char big[AL_RUN_CONFIG_MAX + 2];
+    memset(big, 'x', sizeof big - 1);
+    m.run_config = big;
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_INVALID_ARGUMENT, "run_config");
+    big[AL_RUN_CONFIG_MAX] = '\0';
+    EXPECT(wire_check_hello(&m, why, sizeof why), AL_ST_OK, "");
 
     /* conversions both ways keep every field */
     al_hello h = {.round = 3, .epoch = 4, .next_interval = 77, .n_members = 1};
     snprintf(h.site, sizeof h.site, "x");
     snprintf(h.run_id, sizeof h.run_id, "r");
     snprintf(h.members[0], sizeof h.members[0], "y");
+    snprintf(h.run_config, sizeof h.run_config, "inner.lr = 0.001\n");
     h.theta_hash[5] = 9;
     char *mem[16];
     wire_hello_to(&m, &h, mem);

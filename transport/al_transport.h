@@ -56,12 +56,13 @@ typedef enum {
 } al_status;
 const char *al_status_name(int st);
 
-#define AL_SITE_MAX     64  /* longest site name */
-#define AL_RUN_ID_MAX   128 /* longest run id */
-#define AL_MEMBERS_MAX  256 /* most sites in one handshake */
-#define AL_SHARDS_MAX   1024
-#define AL_INTERVAL_MAX 10000000u
-#define AL_SCHEMA       1 /* the wire schema version this build speaks */
+#define AL_SITE_MAX       64   /* longest site name */
+#define AL_RUN_ID_MAX     128  /* longest run id */
+#define AL_RUN_CONFIG_MAX 8192 /* longest run configuration text in a handshake */
+#define AL_MEMBERS_MAX    256  /* most sites in one handshake */
+#define AL_SHARDS_MAX     1024
+#define AL_INTERVAL_MAX   10000000u
+#define AL_SCHEMA         1 /* the wire schema version this build speaks */
 
 enum { AL_PHASE_REDUCE = 1, AL_PHASE_GATHER = 2 };
 enum { AL_STATE_THETA = 1, AL_STATE_MOMENTUM = 2, AL_STATE_META = 3 };
@@ -86,7 +87,8 @@ typedef struct al_hello {
     uint8_t theta_hash[32], config_hash[32];
     uint32_t next_interval;
     size_t n_members;
-    char members[16][AL_SITE_MAX + 1]; /* the first 16 (the wire allows AL_MEMBERS_MAX) */
+    char members[16][AL_SITE_MAX + 1];      /* the first 16 (the wire allows AL_MEMBERS_MAX) */
+    char run_config[AL_RUN_CONFIG_MAX + 1]; /* the keys config_hash covers ("" if not sent) */
 } al_hello;
 
 typedef struct al_shard_meta {

@@ -193,6 +193,14 @@ int wire_check_hello(const Autoloco__V1__Handshake *m, char *why, size_t n) {
     if (m->config_hash.len != 32)
         return bad(why, n, AL_ST_INVALID_ARGUMENT, "config_hash: %zu bytes, need 32",
                    m->config_hash.len);
+    size_t rl = m->run_config ? strlen(m->run_config) : 0;
+    if (rl > AL_RUN_CONFIG_MAX)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "run_config: %zu bytes, at most %d", rl,
+                   AL_RUN_CONFIG_MAX);
+    for (size_t i = 0; i < rl; i++)
+        if ((m->run_config[i] < 0x20 || m->run_config[i] > 0x7e) && m->run_config[i] != '\n')
+            return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                       "run_config: byte %zu is neither printable ASCII nor a newline", i);
     if (m->next_interval < 1 || m->next_interval > AL_INTERVAL_MAX)
         return bad(why, n, AL_ST_INVALID_ARGUMENT, "next_interval: %u outside [1, %u]",
                    m->next_interval, AL_INTERVAL_MAX);
@@ -388,6 +396,7 @@ void wire_hello_from(al_hello *out, const Autoloco__V1__Handshake *m) {
     if (m->theta_hash.len == 32) memcpy(out->theta_hash, m->theta_hash.data, 32);
     if (m->config_hash.len == 32) memcpy(out->config_hash, m->config_hash.data, 32);
     out->next_interval = m->next_interval;
+    if (m->run_config) snprintf(out->run_config, sizeof out->run_config, "%s", m->run_config);
     out->n_members = AL_MIN(m->n_members, AL_ARRAY_LEN(out->members));
     for (size_t i = 0; i < out->n_members; i++)
         copy_name(out->members[i], sizeof out->members[i], m->members[i]);
@@ -405,6 +414,7 @@ void wire_hello_to(Autoloco__V1__Handshake *m, const al_hello *h, char **members
     m->config_hash.data = (uint8_t *)h->config_hash;
     m->config_hash.len = 32;
     m->next_interval = h->next_interval;
+    m->run_config = (char *)h->run_config;
     m->n_members = AL_MIN(h->n_members, AL_ARRAY_LEN(h->members));
     for (size_t i = 0; i < m->n_members; i++) members[i] = (char *)h->members[i];
     m->members = members;

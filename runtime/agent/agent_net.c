@@ -377,6 +377,10 @@ static void hello(agent *a, al_hello *h) {
     snprintf(h->run_id, sizeof h->run_id, "%s", a->cfg->site_run_id);
     h->round = (uint64_t)a->round;
     ag_hex32(a->run_hash, h->config_hash);
+    char *rt = al_config_run_text(a->cfg); /* names the key of a mismatch (too long: not sent) */
+    if (rt && strlen(rt) <= AL_RUN_CONFIG_MAX)
+        snprintf(h->run_config, sizeof h->run_config, "%s", rt);
+    free(rt);
     al_round_hash oh;
     ag_outer_hash(a, &oh, 0);
     memcpy(h->theta_hash, oh.b, 32);
@@ -449,8 +453,15 @@ int ag_handshake(agent *a, int i, al_err *err) {
         return rc;
     }
     if (memcmp(theirs.config_hash, mine.config_hash, 32) != 0) {
-        char h[65];
+        char h[65], key[128], vt[512], vm[512];
         al_hex(theirs.config_hash, 32, h);
+        if (theirs.run_config[0] && al_config_run_text_diff(theirs.run_config, mine.run_config, key,
+                                                            sizeof key, vt, vm, sizeof vt) == 1)
+            return al_errf(err, AL_EMISMATCH,
+                           "site %s runs a different configuration: %s is %s there, %s here "
+                           "(run hash %.16s, ours %.16s; `autoloco config check` on every "
+                           "site's file shows each difference)",
+                           a->name[i], key, vt, vm, h, a->run_hash);
         return al_errf(err, AL_EMISMATCH,
                        "site %s runs a different configuration (run hash %.16s, ours %.16s): "
                        "[model], [inner] recipe, [outer] and [policy] must match",

@@ -224,12 +224,18 @@ int al_config_set_arg(al_config *c, const char *assignment, al_err *err);
 char *al_config_dump(const al_config *c);
 /* SHA-256 of the dump, hex. */
 void al_config_hash(const al_config *c, char hex[65]);
-/* SHA-256 of the keys every site of a run must share (model, training recipe,
- * [outer], [policy]): what sites compare in their handshake. */
+/* The keys every site of a run must share (model, training recipe, [outer],
+ * [policy]) as "section.key = value" lines, sorted, [policy]'s numbers in one
+ * spelling: the order keys are written in and "100" against "1e2" change
+ * nothing (malloc'd; NULL out of memory). Sites send it in their handshake. */
+char *al_config_run_text(const al_config *c);
+/* SHA-256 of the run text, hex: what sites compare in their handshake. */
 void al_config_run_hash(const al_config *c, char hex[65]);
-/* The first of those keys on which a and b differ: key ("[policy] h_base")
- * and both values ("(not set)" where one lacks the key). 1 if they differ, 0
- * if the run hashes agree, -1 out of memory. */
+/* The first key on which two run texts differ: key ("[policy] h_base") and
+ * both values ("(not set)" where one lacks the key). 1 if they differ, 0 if
+ * not, -1 out of memory. al_config_run_diff: the same for two configs. */
+int al_config_run_text_diff(const char *ta, const char *tb, char *key, size_t kcap, char *va,
+                            char *vb, size_t vcap);
 int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t kcap, char *va,
                        char *vb, size_t vcap);
 /* The training recipe of [inner] and [data] packing as trainer options. */

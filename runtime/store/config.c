@@ -492,34 +492,87 @@ static int run_key(const char *line) {
     return 0;
 }
 
-void al_config_run_hash(const al_config *c, char hex[65]) {
+static int line_cmp(const void *x, const void *y) {
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+/* An open section's value as the run text writes it: a number in one
+ * spelling (%.17g: "100", "1e2" and "100.0" are the same H), anything else
+ * as written. */
+static void canon_value(char *out, size_t cap, const char *v) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end != v && *end == '\0' && errno == 0 && isfinite(x))
+        snprintf(out, cap, "%.17g", x);
+    else
+        snprintf(out, cap, "%s", v);
+}
+
+char *al_config_run_text(const al_config *c) {
     char *d = al_config_dump(c);
-    if (!d) {
-        al_sha256_hex("", 0, hex);
-        return;
+    if (!d) return NULL;
+    size_t n = 0, cap = 0;
+    for (const char *q = d; *q; q++) cap += *q == '\n';
+    char **lines = malloc((cap + 1) * sizeof *lines);
+    char *out = malloc(2 * strlen(d) + 64 * (cap + 1) + 1);
+    if (!lines || !out) {
+        free(lines);
+        free(out);
+        free(d);
+        return NULL;
     }
+    /* run-key lines, the open sections' numbers in one spelling, in one order */
     size_t w = 0;
     for (char *line = d; *line;) {
         char *eol = strchr(line, '\n');
-        size_t len = eol ? (size_t)(eol - line) + 1 : strlen(line);
+        if (eol) *eol = '\0';
         if (run_key(line)) {
-            memmove(d + w, line, len);
-            w += len;
+            const char *eq = strstr(line, " = ");
+            char *o = out + w;
+            if (eq && !strncmp(line, "policy.", 7)) {
+                char v[1100];
+                canon_value(v, sizeof v, eq + 3);
+                w += (size_t)sprintf(o, "%.*s = %s", (int)(eq - line), line, v) + 1;
+            } else {
+                w += (size_t)sprintf(o, "%s", line) + 1;
+            }
+            lines[n++] = o;
         }
-        line += len;
+        if (!eol) break;
+        line = eol + 1;
     }
-    al_sha256_hex(d, w, hex);
+    qsort(lines, n, sizeof *lines, line_cmp);
+    char *text = malloc(w + 1);
+    if (text) {
+        size_t t = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t l = strlen(lines[i]);
+            memcpy(text + t, lines[i], l);
+            text[t + l] = '\n';
+            t += l + 1;
+        }
+        text[t] = '\0';
+    }
+    free(lines);
+    free(out);
     free(d);
+    return text;
 }
 
-/* The run keys of c's dump as "section.key = value" lines, in place; returns
- * the line count (at most cap) and points lines[] into d. */
-static int run_lines(char *d, char **lines, int cap) {
+void al_config_run_hash(const al_config *c, char hex[65]) {
+    char *t = al_config_run_text(c);
+    al_sha256_hex(t ? t : "", t ? strlen(t) : 0, hex);
+    free(t);
+}
+
+/* The run text's lines in place: returns the line count (at most cap). */
+static int text_lines(char *d, char **lines, int cap) {
     int n = 0;
     for (char *line = d; *line && n < cap;) {
         char *eol = strchr(line, '\n');
         if (eol) *eol = '\0';
-        if (run_key(line)) lines[n++] = line;
+        lines[n++] = line;
         if (!eol) break;
         line = eol + 1;
     }
@@ -543,15 +596,15 @@ static void shown(char *out, size_t cap, const char *v) {
         snprintf(out, cap, "%s", v);
 }
 
-int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t kcap, char *va,
-                       char *vb, size_t vcap) {
-    char *da = al_config_dump(a), *db = al_config_dump(b), *la[512], *lb[512];
+int al_config_run_text_diff(const char *ta, const char *tb, char *key, size_t kcap, char *va,
+                            char *vb, size_t vcap) {
+    char *da = strdup(ta ? ta : ""), *db = strdup(tb ? tb : ""), *la[512], *lb[512];
     if (!da || !db) {
         free(da);
         free(db);
         return -1;
     }
-    int na = run_lines(da, la, 512), nb = run_lines(db, lb, 512), found = 0;
+    int na = text_lines(da, la, 512), nb = text_lines(db, lb, 512), found = 0;
     /* every key of a against b, then b's keys a lacks */
     for (int pass = 0; pass < 2 && !found; pass++) {
         char **x = pass ? lb : la, **y = pass ? la : lb;
@@ -573,20 +626,18 @@ int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t
             shown(pass ? va : vb, vcap, vo);
         }
     }
-    if (!found) { /* the same keys and values: the order of an open section differs */
-        char ha[65], hb[65];
-        al_config_run_hash(a, ha);
-        al_config_run_hash(b, hb);
-        if (strcmp(ha, hb) != 0) {
-            found = 1;
-            snprintf(key, kcap, "[policy]");
-            snprintf(va, vcap, "the same keys in another order (the run hash counts their order)");
-            snprintf(vb, vcap, "%s", va);
-        }
-    }
     free(da);
     free(db);
     return found;
+}
+
+int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t kcap, char *va,
+                       char *vb, size_t vcap) {
+    char *ta = al_config_run_text(a), *tb = al_config_run_text(b);
+    int rc = ta && tb ? al_config_run_text_diff(ta, tb, key, kcap, va, vb, vcap) : -1;
+    free(ta);
+    free(tb);
+    return rc;
 }
 
 /* ---- the reference: --help-config and docs/config.md ------------------------------- */
