@@ -160,6 +160,8 @@ stop2() {
     return $ra
 }
 
+evl() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["final_eval_loss"])' "$1" 2>/dev/null; }
+
 # ---- 1. three sites, two workers each -------------------------------------------
 PORTS=($(port) $(port) $(port))
 for s in a b c; do WORKERS=2 conf r1 $s "a b c"; done
@@ -491,7 +493,6 @@ fi
 # With [outer] max_delta_ratio (default 4) a and b leave its update out, say so,
 # and end where a run of a and b alone ends; with the guard off (0) the same
 # attack wrecks the model, which shows the check can fail.
-evl() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["final_eval_loss"])' "$1" 2>/dev/null; }
 PORTS=($(port) $(port))
 for s in a b; do conf r2e-ref $s "a b"; done
 start r2e-ref a
@@ -528,15 +529,29 @@ else
     no "poisoning with the guard off did not hurt: eval $off vs $ref"
 fi
 
-# The liar (the claim check): c sends 50.0 in every element but reports the
-# norm of its honest Δ, so the median rule passes it. a and b leave its parts
-# out of their shards' means and refuse the mean shard c computes (longer than
-# any reported Δ), leave c out of the round's later attempts, say so, and end
-# where a and b alone end.
-# (each round's refused attempt waits out a deadline: 2 s, not the suite's 5)
-dir=r2e-liar
-PORTS=($(port) $(port) $(port))
-for s in a b c; do DEADLINE=${AL_TEST_DEADLINE:-2} conf $dir $s "a b c"; done
+# ---- 2j. a liar (issues 17, 32) ------------------------------------------------------
+# c sends 50.0 in every element but reports the norm of its honest Δ, so the
+# median rule passes it. a and b leave its parts out of their shards' means
+# and refuse the mean shard c computes (longer than any reported Δ): every
+# member sees the same bytes, so all leave c out alike, for the round's later
+# attempts and every later round until c restarts (its incarnation), and
+# their machines no longer wait for its statistics. So a and b keep their
+# pace: from round 2 on, commits at least 80% as often as a three-site run
+# without the fault started beside it; they agree and end within 2% of a
+# run of a and b alone.
+# (a refused attempt waits out a deadline: 2 s, not the suite's 5)
+for d in r2j-ref2 r2j-ref3 r2j-liar; do
+    PORTS=($(port) $(port) $(port))
+    sites="a b c"
+    [[ $d == r2j-ref2 ]] && sites="a b"
+    for s in $sites; do STEPS=100 DEADLINE=${AL_TEST_DEADLINE:-2} conf $d $s "$sites"; done
+done
+start r2j-ref2 a; R2a=$PID_a
+start r2j-ref2 b; R2b=$PID_b
+start r2j-ref3 a; R3a=$PID_a
+start r2j-ref3 b; R3b=$PID_b
+start r2j-ref3 c; R3c=$PID_c
+dir=r2j-liar
 start $dir a
 start $dir b
 AL_FAULT=liar:50 start $dir c
@@ -544,15 +559,29 @@ rc=0
 await "$PID_a" 400 || rc=1
 await "$PID_b" 400 || rc=1
 await "$PID_c" 400
+for p in $R2a $R2b $R3a $R3b $R3c; do await $p 400 || no "a reference run of 2j failed: $(tail -n 2 r2j-ref*/*.log | head -4)"; done
+ref=$(evl r2j-ref2/run-a/summary.json)
 liar=$(evl $dir/run-a/summary.json)
 ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json)
+# commits per second from round 2 to the end (a's event log), liar over fault-free
+pace=$(python3 - r2j-ref3/run-a/events.jsonl $dir/run-a/events.jsonl <<'PY'
+import json, sys
+def rate(path):
+    t = [r["t"] for r in map(json.loads, open(path)) if r.get("event") == "round" and r["round"] >= 2]
+    return (len(t) - 1) / (t[-1] - t[0]) if len(t) > 2 and t[-1] > t[0] else 0.0
+ref, liar = rate(sys.argv[1]), rate(sys.argv[2])
+print(f"{liar / ref:.2f} ({liar:.1f} against {ref:.1f} commits/s)" if ref else "0 (no reference)")
+PY
+)
 if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] &&
     grep -q "leaving c's part of shard .* exceeds the |delta| .* it reported" $dir/a.log &&
     grep -q "mean shard from c refused: its norm .* exceeds the longest |delta|" $dir/b.log &&
-    python3 -c "import sys; r, v = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(v - r) > 0.02 * r)" "$ref" "$liar"; then
-    ok "a liar (50.0 sent, the honest |delta| reported): its parts and its mean shard refused with log lines; a and b agree and end within 2% of a run without it ($liar vs $ref)"
+    grep -q "leaving c out of the round's next attempts and of every later round until it restarts" $dir/a.log &&
+    python3 -c "import sys; r, v = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(v - r) > 0.02 * r)" "$ref" "$liar" &&
+    python3 -c "import sys; sys.exit(float(sys.argv[1]) < 0.8)" "${pace%% *}"; then
+    ok "a liar (50.0 sent, the honest |delta| reported): refused with log lines and left out until it restarts; a and b agree, end within 2% of a run without it ($liar vs $ref) and keep their pace: $pace of a fault-free run's"
 else
-    no "liar: status $rc, hashes $ha $hb, eval $liar vs $ref: $(grep -h 'lies\|refused\|error' $dir/a.log $dir/b.log | head -3)"
+    no "liar: status $rc, hashes $ha $hb, eval $liar vs $ref, pace $pace: $(grep -h 'lies\|refused\|error' $dir/a.log $dir/b.log | head -3)"
 fi
 
 # ---- 3. exact resume ---------------------------------------------------------------

@@ -394,9 +394,19 @@ int ag_feed_inbox(agent *a, al_err *err) {
             a->fed_heard[i] = seen[i] > 0 ? seen[i] : now;
             ag_feed(a, &ev);
         }
+        if (a->liar_round[i] >= 0 && a->liar_round[i] != a->round &&
+            (!a->liar_inc[i] || ps[i].incarnation != a->liar_inc[i])) {
+            if (a->liar_inc[i])
+                al_logf(&a->log, AL_LOG_INFO,
+                        "round %ld: %s restarted since it was left out as a liar in round %ld: "
+                        "its statistics count again",
+                        a->round, a->name[i], a->liar_round[i]);
+            a->liar_round[i] = -1; /* a new incarnation, or one round for a sender without */
+            al_round_event ex = {.type = AL_EV_EXCLUDE, .peer = i, .round = -1};
+            ag_feed(a, &ex);
+        }
         if (a->mine_round != a->round || !have[i] ||
-            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]) ||
-            a->liar_round[i] == a->round)
+            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]) || a->liar_round[i] >= 0)
             continue;
         al_site_stats theirs = st[i];
         theirs.lr_sq_sum = a->mine.lr_sq_sum;

@@ -259,9 +259,19 @@ static int do_exchange(agent *a, const al_round_action *act) {
                 "failed: %s",
                 a->name[a->self], a->round, (unsigned long long)act->epoch, M, e.msg);
         if (rc == AL_EINTEGRITY && ev.peer >= 0 && a->liar_round[ev.peer] != a->round) {
-            a->liar_round[ev.peer] = a->round; /* every member saw the same bytes */
-            al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out of the round's next attempts",
-                    a->round, a->name[ev.peer]);
+            /* every member saw the same bytes, so every member leaves it out
+             * alike: for the rest of the run, or until it restarts */
+            pthread_mutex_lock(&a->mu);
+            uint64_t inc = a->pst[ev.peer].have_base ? a->pst[ev.peer].incarnation : 0;
+            pthread_mutex_unlock(&a->mu);
+            a->liar_round[ev.peer] = a->round;
+            a->liar_inc[ev.peer] = inc;
+            /* the machine neither counts it as a member nor waits for it */
+            al_round_event ex = {.type = AL_EV_EXCLUDE, .peer = ev.peer, .round = a->round};
+            ag_feed(a, &ex);
+            al_logf(&a->log, AL_LOG_WARN,
+                    "round %ld: leaving %s out of the round's next attempts%s", a->round,
+                    a->name[ev.peer], inc ? " and of every later round until it restarts" : "");
         }
     }
     ag_feed(a, &ev);

@@ -157,7 +157,8 @@ typedef struct al_round_vote {
     X(AL_EV_SYNC_FAILED, "sync-failed") /* peer */                                                 \
     X(AL_EV_RELOADED, "reloaded")       /* hash: of θ_global reloaded from this site's commit */  \
     X(AL_EV_FETCHED, "fetched")         /* peer, round, hash: its candidate, fetched (not held) */ \
-    X(AL_EV_FETCH_FAILED, "fetch-failed") /* peer */
+    X(AL_EV_FETCH_FAILED, "fetch-failed") /* peer */                                               \
+    X(AL_EV_EXCLUDE, "exclude") /* peer, round: left out from round on (-1: taken again) */
 
 typedef enum {
 #define AL_EV_ENUM(e, s) e,
@@ -264,6 +265,7 @@ typedef struct al_round_peer {
     al_round_status st;
     long stats_round; /* the last statistics received: (round, epoch); -1 none */
     uint64_t stats_epoch;
+    long excluded; /* AL_EV_EXCLUDE: never a member, nor waited for, from this round on (-1) */
 } al_round_peer;
 
 typedef struct al_round {

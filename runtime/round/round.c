@@ -532,7 +532,8 @@ static void decide_members(al_round *m, double now) {
     int waiting = 0;
     for (int i = 0; i < m->cfg.nsites; i++) {
         const al_round_peer *p = &m->peer[i];
-        if (i == m->cfg.self || !p->alive) continue;
+        if (i == m->cfg.self || !p->alive || (p->excluded >= 0 && p->excluded <= m->round))
+            continue; /* not alive, or left out by the caller (a liar) */
         const al_round_status *s = &p->st;
         int here = p->have && s->round == m->round && s->epoch == m->epoch;
         int open = here && heq(&s->base, &m->base) && s->vote == AL_VOTE_NONE;
@@ -755,7 +756,7 @@ int al_round_init(al_round *m, const al_round_cfg *cfg, const al_round_start *s,
     enter(m, s->round, 0);
     m->have_candidate = s->held_round == s->round; /* the caller restored it */
     m->cand = s->held;
-    for (int i = 0; i < cfg->nsites; i++) m->peer[i].stats_round = -1;
+    for (int i = 0; i < cfg->nsites; i++) m->peer[i].stats_round = m->peer[i].excluded = -1;
     return 0;
 }
 
@@ -910,6 +911,9 @@ void al_round_step(al_round *m, const al_round_event *ev) {
     case AL_EV_FETCHED:
     case AL_EV_FETCH_FAILED:
         on_fetched(m, ev);
+        break;
+    case AL_EV_EXCLUDE:
+        if (from_peer) m->peer[j].excluded = ev->round;
         break;
     case AL_EV_SYNCED:
         on_synced(m, ev);
