@@ -584,6 +584,48 @@ else
     no "liar: status $rc, hashes $ha $hb, eval $liar vs $ref, pace $pace: $(grep -h 'lies\|refused\|error' $dir/a.log $dir/b.log | head -3)"
 fi
 
+# ---- 2k. a liar seen by one site only (issue 32) --------------------------------------
+# c sends a a mean shard of 50.0 (b gets the honest one): only a sees the lie.
+# a leaves c out and says so in its status; b follows (c is left out by a
+# liar-catching peer), so the two agree on the members of the next attempt
+# instead of voiding attempt after attempt. a and b end on one theta and, from
+# round 2 on, commit at least 80% as often as a fault-free run beside them.
+for d in r2k-ref3 r2k-liar; do
+    PORTS=($(port) $(port) $(port))
+    for s in a b c; do STEPS=100 DEADLINE=${AL_TEST_DEADLINE:-2} conf $d $s "a b c"; done
+done
+start r2k-ref3 a; R3a=$PID_a
+start r2k-ref3 b; R3b=$PID_b
+start r2k-ref3 c; R3c=$PID_c
+dir=r2k-liar
+start $dir a
+start $dir b
+AL_FAULT=liar:50:a start $dir c
+rc=0
+await "$PID_a" 400 || rc=1
+await "$PID_b" 400 || rc=1
+await "$PID_c" 400
+for p in $R3a $R3b $R3c; do await $p 400 || no "a reference run of 2k failed: $(tail -n 2 r2k-ref3/*.log | head -4)"; done
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json)
+pace=$(python3 - r2k-ref3/run-a/events.jsonl $dir/run-a/events.jsonl <<'PY'
+import json, sys
+def rate(path):
+    t = [r["t"] for r in map(json.loads, open(path)) if r.get("event") == "round" and r["round"] >= 2]
+    return (len(t) - 1) / (t[-1] - t[0]) if len(t) > 2 and t[-1] > t[0] else 0.0
+ref, liar = rate(sys.argv[1]), rate(sys.argv[2])
+print(f"{liar / ref:.2f} ({liar:.1f} against {ref:.1f} commits/s)" if ref else "0 (no reference)")
+PY
+)
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] &&
+    grep -q "mean shard from c refused: its norm .* exceeds the longest |delta|" $dir/a.log &&
+    ! grep -q "mean shard from c refused" $dir/b.log &&
+    grep -q "leaving c out of the round's next attempts and of every later round until it restarts (a leaves it out as a liar)" $dir/b.log &&
+    python3 -c "import sys; sys.exit(float(sys.argv[1]) < 0.8)" "${pace%% *}"; then
+    ok "a liar seen by a only: b follows a's exclusion from its status; a and b agree and keep their pace: $pace of a fault-free run's"
+else
+    no "liar seen by one: status $rc, hashes $ha $hb, pace $pace: $(grep -h 'liar\|refused\|error' $dir/a.log $dir/b.log | head -3)"
+fi
+
 # ---- 3. exact resume ---------------------------------------------------------------
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r4 $s "a b"; done

@@ -226,7 +226,12 @@ static void test_stats_state_heartbeat(void **state) {
     /* the incarnation: only with a round status; an old peer's 0 stays 0 */
     h.incarnation = 7;
     EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_INVALID_ARGUMENT, "incarnation");
-    al_peer_status ps = {.round = 3, .epoch = 1, .have_base = 1, .incarnation = 12345};
+    h.incarnation = 0; /* the liars it leaves out: only with a round status too */
+    h.excluded = 4;
+    EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_INVALID_ARGUMENT, "exclusions");
+    h.excluded = 0;
+    al_peer_status ps = {
+        .round = 3, .epoch = 1, .have_base = 1, .incarnation = 12345, .excluded = 4};
     memset(ps.base, 0xab, 32);
     Autoloco__V1__Heartbeat h2 = AUTOLOCO__V1__HEARTBEAT__INIT;
     h2.schema = AL_SCHEMA;
@@ -236,6 +241,7 @@ static void test_stats_state_heartbeat(void **state) {
     al_peer_status back;
     wire_status_from(&back, &h2);
     assert_int_equal(back.incarnation, 12345);
+    assert_int_equal(back.excluded, 4);
     assert_int_equal(back.round, 3);
     h2.incarnation = 0; /* a peer from before incarnations */
     EXPECT(wire_check_heartbeat(&h2, why, sizeof why), AL_ST_OK, "");

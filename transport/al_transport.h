@@ -119,6 +119,7 @@ typedef struct al_peer_status {
     uint8_t vote_hash[32];
     uint32_t members;
     uint64_t incarnation; /* the sender's start, greater at each restart; 0: none */
+    uint32_t excluded;    /* sites it leaves out as liars until they restart (bit i) */
 } al_peer_status;
 
 /* ---- TLS --------------------------------------------------------------------------- */

@@ -342,6 +342,9 @@ int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n) 
     if (m->incarnation != 0 && m->base_hash.len != 32)
         return bad(why, n, AL_ST_INVALID_ARGUMENT,
                    "heartbeat: an incarnation without a round status (no base hash)");
+    if (m->excluded != 0 && m->base_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: exclusions without a round status (no base hash)");
     return AL_ST_OK;
 }
 
@@ -355,6 +358,7 @@ void wire_status_from(al_peer_status *out, const Autoloco__V1__Heartbeat *m) {
     if (m->vote_hash.len == 32) memcpy(out->vote_hash, m->vote_hash.data, 32);
     out->members = m->members;
     out->incarnation = out->have_base ? m->incarnation : 0;
+    out->excluded = out->have_base ? m->excluded : 0;
 }
 
 /* `st` must outlive m: the bytes fields point into it. */
@@ -372,6 +376,7 @@ void wire_status_to(Autoloco__V1__Heartbeat *m, const al_peer_status *st) {
         m->members = st->members;
     }
     if (st->have_base) m->incarnation = st->incarnation;
+    if (st->have_base) m->excluded = st->excluded;
 }
 
 int wire_check_ack(const Autoloco__V1__ShardAck *m, char *why, size_t n) {

@@ -137,7 +137,11 @@ static void parse_faults(agent *a) {
     if (fault && !strncmp(fault, "badtokens:", 10)) a->fault_badtokens = atol(fault + 10);
     if (fault && !strncmp(fault, "repush:", 7)) a->fault_repush = atol(fault + 7);
     if (fault && !strncmp(fault, "poison:", 7)) a->fault_poison = atof(fault + 7);
-    if (fault && !strncmp(fault, "liar:", 5)) a->fault_liar = atof(fault + 5);
+    if (fault && !strncmp(fault, "liar:", 5)) {
+        a->fault_liar = atof(fault + 5);
+        const char *to = strchr(fault + 5, ':');
+        if (to) snprintf(a->fault_liar_to, sizeof a->fault_liar_to, "%s", to + 1);
+    }
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
     a->fault_freeze = a->fault_corrupt = a->fault_nanmerge = -1;
     if (fault && !strncmp(fault, "nanmerge:", 9)) a->fault_nanmerge = atol(fault + 9);

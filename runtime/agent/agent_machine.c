@@ -347,6 +347,59 @@ int ag_machine_init(agent *a, al_err *err) {
 
 /* ---- the inbox ------------------------------------------------------------------------ */
 
+/* ---- liars: left out alike by every site ------------------------------------------------ */
+
+uint32_t ag_liars(const agent *a) {
+    uint32_t m = 0;
+    for (int i = 0; i < a->nsites; i++)
+        if (a->liar_round[i] >= 0) m |= 1u << i;
+    return m;
+}
+
+void ag_publish_liars(agent *a) {
+    pthread_mutex_lock(&a->mu);
+    a->my_status.excluded = ag_liars(a);
+    a->hb_kick = 1;
+    pthread_cond_broadcast(&a->hb_cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void ag_mark_liar(agent *a, int i, const char *why) {
+    pthread_mutex_lock(&a->mu);
+    uint64_t inc = a->pst[i].have_base ? a->pst[i].incarnation : 0;
+    pthread_mutex_unlock(&a->mu);
+    a->liar_round[i] = a->round;
+    a->liar_inc[i] = inc;
+    al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out of the round's next attempts%s (%s)",
+            a->round, a->name[i], inc ? " and of every later round until it restarts" : "", why);
+    /* the machine neither counts it as a member nor waits for it */
+    al_round_event ex = {.type = AL_EV_EXCLUDE, .peer = i, .round = a->round};
+    ag_feed(a, &ex);
+    ag_publish_liars(a); /* peers whose exchange did not see the lie leave it out too */
+}
+
+/* A peer's status names the liars it leaves out: leave them out too, so the
+ * members of the next attempt agree (a site whose exchange failed before the
+ * lie reached it would keep the liar as a member, and every attempt would be
+ * void). Not followed: a peer this site leaves out itself, an exclusion of
+ * this site, and one of a site that restarted since this site gave it a new
+ * chance (the peer has not yet seen the restart). */
+static void follow_exclusions(agent *a, const al_peer_status *ps) {
+    for (int j = 0; j < a->nsites; j++) {
+        if (j == a->self || !ps[j].have_base || !ps[j].excluded || a->liar_round[j] >= 0 ||
+            !a->rm.peer[j].alive)
+            continue;
+        for (int x = 0; x < a->nsites; x++) {
+            if (!(ps[j].excluded >> x & 1) || x == a->self || a->liar_round[x] >= 0) continue;
+            if (ps[x].have_base && ps[x].incarnation && ps[x].incarnation == a->liar_cleared[x])
+                continue;
+            char why[160];
+            snprintf(why, sizeof why, "%s leaves it out as a liar", a->name[j]);
+            ag_mark_liar(a, x, why);
+        }
+    }
+}
+
 /* Statuses and statistics that arrived since the last look become events.
  * A peer's first status waits for the configuration handshake (a peer of
  * another run configuration ends this agent with an error); statistics wait
@@ -374,6 +427,7 @@ int ag_feed_inbox(agent *a, al_err *err) {
     }
     pthread_mutex_unlock(&a->mu);
     double now = al_now();
+    follow_exclusions(a, ps);
     for (int i = 0; i < a->nsites; i++) {
         if (i == a->self || !ps[i].have_base) continue;
         if (!a->shook[i]) {
@@ -402,6 +456,8 @@ int ag_feed_inbox(agent *a, al_err *err) {
                         "its statistics count again",
                         a->round, a->name[i], a->liar_round[i]);
             a->liar_round[i] = -1; /* a new incarnation, or one round for a sender without */
+            a->liar_cleared[i] = ps[i].incarnation;
+            ag_publish_liars(a);
             al_round_event ex = {.type = AL_EV_EXCLUDE, .peer = i, .round = -1};
             ag_feed(a, &ex);
         }

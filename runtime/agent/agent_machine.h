@@ -10,6 +10,12 @@
 void ag_status_out(const al_round_status *st, al_peer_status *p);
 /* Feed one event to the machine, stamped now (traced with AL_LOG=debug). */
 void ag_feed(agent *a, al_round_event *ev);
+/* Liars (a mean shard that broke the claim check): the sites this site
+ * leaves out until they restart, as a status field (bit i); publish that
+ * field; mark site i one (why: for the log), telling the machine and peers. */
+uint32_t ag_liars(const agent *a);
+void ag_publish_liars(agent *a);
+void ag_mark_liar(agent *a, int i, const char *why);
 /* Persist a vote before any status shows it (<checkpoint dir>/vote.json). */
 int ag_vote_save(agent *a, const al_round_vote *v, al_err *err);
 /* Start the machine at a->round from θ_global (and, resumed, the persisted vote). */

@@ -439,9 +439,11 @@ int ag_publish_state(agent *a, al_err *err) {
 /* ---- the configuration handshake ---------------------------------------------------- */
 
 int ag_handshake(agent *a, int i, al_err *err) {
-    al_hello mine, theirs;
+    al_hello mine, theirs, sent;
     hello(a, &mine);
-    int rc = al_client_hello(a->cli[i], &mine, &theirs, err);
+    sent = mine; /* the server sends its lines back if the hashes differ; ours stay here */
+    sent.run_config[0] = '\0';
+    int rc = al_client_hello(a->cli[i], &sent, &theirs, err);
     if (rc) {
         int st = al_client_last_status(a->cli[i]);
         if (st == AL_ST_PERMISSION_DENIED || st == AL_ST_UNAUTHENTICATED ||
@@ -795,9 +797,23 @@ static int all_gather(agent *a, const xchg *x, al_err *err) {
     for (int j = 0; j < x->M; j++) {
         if (x->mem[j] == a->self) continue;
         a->bytes_raw += (double)(x->hi - x->lo) * 4.0;
-        if (push_shard(a, x->mem[j], AL_PHASE_GATHER, x->me, x->tag, len, err) != 0) {
+        int lie = a->fault_liar_to[0] && !strcmp(a->name[x->mem[j]], a->fault_liar_to);
+        if (lie) { /* test hook: this peer alone gets a mean shard of fault_liar everywhere */
+            float *v = malloc((x->hi - x->lo) * sizeof *v);
+            if (!v) return al_errf(err, AL_ENOMEM, "AL_FAULT liar: out of memory");
+            for (size_t i = 0; i < x->hi - x->lo; i++) v[i] = (float)a->fault_liar;
+            size_t ll;
+            rc = al_commit_encode(&a->cc, v, x->hi - x->lo, &ll, err);
+            free(v);
+            if (rc == 0 && push_shard(a, x->mem[j], AL_PHASE_GATHER, x->me, x->tag, ll, err) != 0)
+                rc = AL_EPEER;
+            if (rc == 0) rc = al_commit_encode(&a->cc, a->part, x->hi - x->lo, &len, err);
+        } else if (push_shard(a, x->mem[j], AL_PHASE_GATHER, x->me, x->tag, len, err) != 0) {
+            rc = AL_EPEER;
+        }
+        if (rc) {
             *x->peer = x->mem[j];
-            return AL_EPEER;
+            return rc;
         }
     }
     return gather_recv(a, x, err);

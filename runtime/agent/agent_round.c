@@ -206,7 +206,8 @@ static int do_train(agent *a, al_err *err) {
         a->mine.delta_sq += v - (a->sm.F ? a->sm.dsq : a->mine.delta_sq);
         if (a->sm.F) a->sm.dsq = v;
     }
-    if (a->fault_liar != 0) /* test hook: the same Δ, reporting the honest norm */
+    if (a->fault_liar != 0 && !a->fault_liar_to[0]) /* test hook: the same Δ, reporting the
+                                                     * honest norm */
         for (size_t i = lo; i < hi; i++) a->delta[i] = (float)a->fault_liar;
     if ((rc = al_site_stats_check(&a->mine, err))) return al_err_prefix(err, "round %ld", a->round);
     a->mine_round = a->round;
@@ -258,21 +259,11 @@ static int do_exchange(agent *a, const al_round_action *act) {
                 "site %s: round %ld: the exchange (attempt %llu, %d sites) "
                 "failed: %s",
                 a->name[a->self], a->round, (unsigned long long)act->epoch, M, e.msg);
-        if (rc == AL_EINTEGRITY && ev.peer >= 0 && a->liar_round[ev.peer] != a->round) {
-            /* every member saw the same bytes, so every member leaves it out
-             * alike: for the rest of the run, or until it restarts */
-            pthread_mutex_lock(&a->mu);
-            uint64_t inc = a->pst[ev.peer].have_base ? a->pst[ev.peer].incarnation : 0;
-            pthread_mutex_unlock(&a->mu);
-            a->liar_round[ev.peer] = a->round;
-            a->liar_inc[ev.peer] = inc;
-            /* the machine neither counts it as a member nor waits for it */
-            al_round_event ex = {.type = AL_EV_EXCLUDE, .peer = ev.peer, .round = a->round};
-            ag_feed(a, &ex);
-            al_logf(&a->log, AL_LOG_WARN,
-                    "round %ld: leaving %s out of the round's next attempts%s", a->round,
-                    a->name[ev.peer], inc ? " and of every later round until it restarts" : "");
-        }
+        if (rc == AL_EINTEGRITY && ev.peer >= 0 && a->liar_round[ev.peer] != a->round)
+            /* every member that saw the bytes leaves it out alike, and tells
+             * the others in its status: for the rest of the run, or until it
+             * restarts */
+            ag_mark_liar(a, ev.peer, "its mean shard broke the claim check");
     }
     ag_feed(a, &ev);
     return 0;
@@ -678,6 +669,7 @@ static void do_send_stats(agent *a, const al_round_action *act) {
 static void do_send_status(agent *a, const al_round_action *act) {
     pthread_mutex_lock(&a->mu);
     ag_status_out(&act->st, &a->my_status);
+    a->my_status.excluded = ag_liars(a);
     a->hb_kick = 1;
     pthread_cond_broadcast(&a->hb_cv);
     pthread_mutex_unlock(&a->mu);
