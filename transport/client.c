@@ -218,8 +218,7 @@ static void backoff_sleep(al_client *c, int attempt, const char *method) {
         al_logf(c->cfg.log, AL_LOG_WARN, "grpc %s -> %s: %s: %s; retry %d/%d in %.2f s", method,
                 c->peer, al_status_name(c->last_status), c->last_details, attempt + 1,
                 c->cfg.max_attempts - 1, d);
-    struct timespec ts = {(time_t)d, (long)((d - floor(d)) * 1e9)};
-    nanosleep(&ts, NULL);
+    al_sleep(d);
 }
 
 static int fail_status(al_client *c, const char *method, al_err *err) {

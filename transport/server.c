@@ -551,8 +551,6 @@ static void do_ping(call_ctx *c) {
         finish(c, st, why);
         return;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     Autoloco__V1__Heartbeat rep = AUTOLOCO__V1__HEARTBEAT__INIT;
     rep.schema = AL_SCHEMA;
     rep.site = s->site;
@@ -564,7 +562,8 @@ static void do_ping(call_ctx *c) {
         rep.epoch = s->epoch;
         pthread_mutex_unlock(&s->mu);
     }
-    rep.sent_unix_ms = (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    /* the peer's wall clock, informational (shown by a ping; no deadline uses it) */
+    rep.sent_unix_ms = (uint64_t)(al_wall_now() * 1000.0);
     if (send_msg(c, &rep.base) == 0) finish(c, AL_ST_OK, "");
 }
 

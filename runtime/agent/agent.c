@@ -265,10 +265,10 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     parse_faults(a);
     pthread_mutex_init(&a->mu, NULL);
     pthread_mutex_init(&a->ev_mu, NULL);
-    pthread_cond_init(&a->cv, NULL);
+    int rc = al_cond_init(&a->cv, err); /* its timed waits count on the monotonic clock */
     al_config_hash(c, a->hash);
     al_config_run_hash(c, a->run_hash);
-    int rc = al_agent_check_config(c, err);
+    if (rc == 0) rc = al_agent_check_config(c, err);
     if (rc == 0) rc = load_sites(a, c, err);
     if (rc == 0) rc = al_quorum_parse(c->round_quorum, &a->quorum, err);
     if (rc == 0) rc = make_policy(a, c, err);

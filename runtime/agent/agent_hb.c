@@ -131,15 +131,9 @@ static void *hb_main(void *arg) {
             if (change) ag_event_at(a, change > 0 ? "up" : "down", a->name[i], r, step);
             if (change < 0) al_metrics_peer_up(&a->met, a->name[i], 0);
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        double wait = AL_MAX(0.0, beat_s - (al_now() - t0));
-        double t = (double)until.tv_sec + 1e-9 * (double)until.tv_nsec + wait;
-        until.tv_sec = (time_t)t;
-        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        double until = t0 + beat_s; /* the next beat, on the monotonic clock */
         pthread_mutex_lock(&a->mu);
-        while (!a->hb_stop && !a->hb_kick &&
-               pthread_cond_timedwait(&a->hb_cv, &a->mu, &until) != ETIMEDOUT) {
+        while (!a->hb_stop && !a->hb_kick && al_cond_wait_until(&a->hb_cv, &a->mu, until)) {
         }
     }
     pthread_mutex_unlock(&a->mu);
@@ -147,18 +141,18 @@ static void *hb_main(void *arg) {
 }
 
 int ag_hb_start(agent *a, al_err *err) {
-    pthread_cond_init(&a->hb_cv, NULL);
+    int rc = al_cond_init(&a->hb_cv, err);
+    if (rc) return rc;
     double now = al_now();
     for (int i = 0; i < a->nsites; i++) {
         a->hb_seen[i] = now; /* a peer gets peer_timeout_s from our start */
         a->down[i] = 0;
         if (i != a->self) {
-            int rc = make_hb_client(a, i, err);
-            if (rc) return rc;
+            if ((rc = make_hb_client(a, i, err))) return rc;
         }
     }
     a->hb_stop = 0;
-    int rc = pthread_create(&a->hb_thread, NULL, hb_main, a);
+    rc = pthread_create(&a->hb_thread, NULL, hb_main, a);
     if (rc) return al_errf(err, AL_EIO, "heartbeat thread: %s", strerror(rc));
     a->hb_running = 1;
     return 0;

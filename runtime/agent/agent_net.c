@@ -15,18 +15,6 @@
 #include <string.h>
 #include <time.h>
 
-static void deadline_in(struct timespec *ts, double s) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    double t = (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec + s;
-    ts->tv_sec = (time_t)t;
-    ts->tv_nsec = (long)((t - (double)ts->tv_sec) * 1e9);
-}
-
-/* Wait on the condition until `abs`; returns 0 when the deadline passed. */
-static int wait_until(agent *a, const struct timespec *abs) {
-    return pthread_cond_timedwait(&a->cv, &a->mu, abs) != ETIMEDOUT;
-}
-
 /* ---- server hooks (server threads) --------------------------------------------------- */
 
 /* The slot a shard lands in: by sender in both phases (the tag in its epoch
@@ -608,9 +596,8 @@ static int wait_slots(agent *a, ag_slot (*slots)[AG_MAX_SITES], const int *mem, 
                       al_err *err) {
     int p = (int)(a->round & 1);
     uint64_t tag = ag_attempt_tag(epoch, members);
-    struct timespec dl;
-    deadline_in(&dl, a->cfg->round_deadline_s);
     double t0 = al_now(), T = a->cfg->round_peer_timeout_s, next = t0 + T;
+    double dl = t0 + a->cfg->round_deadline_s; /* deadlines on the monotonic clock (al_now) */
     for (;;) {
         int missing = -1;
         for (int j = 0; j < M && missing < 0; j++)
@@ -633,11 +620,8 @@ static int wait_slots(agent *a, ag_slot (*slots)[AG_MAX_SITES], const int *mem, 
                     a->round, now - t0, a->name[missing], what, a->cfg->round_deadline_s);
             next = now + T;
         }
-        struct timespec step;
-        deadline_in(&step, next - now);
-        int last =
-            (step.tv_sec > dl.tv_sec || (step.tv_sec == dl.tv_sec && step.tv_nsec > dl.tv_nsec));
-        if (!wait_until(a, last ? &dl : &step) && last)
+        int last = next > dl;
+        if (!al_cond_wait_until(&a->cv, &a->mu, last ? dl : next) && last)
             return al_errf(err, AL_ETIMEOUT, "round %ld: no %s from %s within %.0f s", a->round,
                            what, a->name[missing], a->cfg->round_deadline_s);
     }

@@ -67,8 +67,7 @@ static int enter_round(agent *a, al_err *err) {
     a->mine_round = -1;
     ag_set_round(a, a->round);
     if (a->fault_publish_ms > 0) { /* test hook, see agent_impl.h */
-        struct timespec ts = {a->fault_publish_ms / 1000, (a->fault_publish_ms % 1000) * 1000000};
-        nanosleep(&ts, NULL);
+        al_sleep(a->fault_publish_ms / 1000.0);
     }
     return ag_publish_state(a, err);
 }
@@ -458,9 +457,9 @@ static void round_record(agent *a, const al_round_action *act, long h_run, doubl
     rec->h = h_run;
     rec->h_next = d->h_next;
     rec->members = M;
-    struct timespec wall; /* unix seconds, to the microsecond: rounds' spacing is measured */
-    clock_gettime(CLOCK_REALTIME, &wall);
-    rec->t = (double)wall.tv_sec + 1e-9 * (double)wall.tv_nsec;
+    /* unix seconds, to the microsecond: a stamp for events.jsonl and /metrics
+     * (the dashboard's "since commit"), read by people and tools, never waited on */
+    rec->t = al_wall_now();
     rec->train_loss = a->mine.loss;
     rec->eval_loss = ev;
     rec->nsites = M;
@@ -829,15 +828,8 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         ag_report_health(a);
         log_wait(a, now);
         if (did) continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
         pthread_mutex_lock(&a->mu);
-        pthread_cond_timedwait(&a->cv, &a->mu, &ts);
+        al_cond_wait_until(&a->cv, &a->mu, al_now() + 0.05);
         pthread_mutex_unlock(&a->mu);
     }
     /* overlap: an interval still training is finished and kept (a stop) */

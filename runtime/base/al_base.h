@@ -1,6 +1,6 @@
 /*
  * al_base.h -- the shared basics every autoloco module may use: error codes and
- * messages, logging, a monotonic clock, a deterministic RNG, SHA-256, small file
+ * messages, logging, clocks and timed waits, a deterministic RNG, SHA-256, small file
  * helpers. Uses no other module.
  *
  * Error convention (libuv style): a function that can fail returns 0 or a
@@ -12,6 +12,7 @@
 #ifndef AL_BASE_H
 #define AL_BASE_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -74,7 +75,27 @@ void al_logf(const al_log *log, al_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* ---- time ---------------------------------------------------------------- */
-double al_now(void); /* monotonic seconds */
+/* Two clocks, kept apart (issue 32). Every deadline, timeout, timed wait, sleep
+ * and duration counts on the monotonic clock, which a step of the system clock
+ * (NTP, `date -s`, a VM resumed) does not move: al_now, al_sleep and condition
+ * variables made by al_cond_init. The wall clock, al_wall_now, only stamps what
+ * a person reads or a file keeps (events.jsonl, /metrics' timestamps); nothing
+ * waits on it. tests/test_clock_check.py fails the build's tests when a
+ * wall-clock read (CLOCK_REALTIME, gettimeofday, time(), a condition variable
+ * of the default clock) appears outside its allow-list, each entry justified. */
+double al_now(void);      /* monotonic seconds (CLOCK_MONOTONIC): deadlines, waits, durations */
+double al_wall_now(void); /* Unix seconds (CLOCK_REALTIME): for display and files only */
+/* Sleep `s` seconds on the monotonic clock (s <= 0: return at once); a signal
+ * delivered to this thread may end it early, as nanosleep. */
+void al_sleep(double s);
+/* A condition variable whose timed waits count on the monotonic clock (the
+ * default, CLOCK_REALTIME, would move every deadline with a clock step). */
+int al_cond_init(pthread_cond_t *cv, al_err *err);
+/* Wait on `cv` (with `mu` held) until woken or until al_now() >= `deadline`
+ * (al_now's seconds; INFINITY waits untimed). Returns 0 when the deadline
+ * passed, 1 otherwise (woken, or a spurious wake: callers loop on their
+ * condition). `cv` must come from al_cond_init. */
+int al_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline);
 
 /* ---- RNG: xoshiro256** seeded through splitmix64 -------------------------- */
 typedef struct al_rng {

@@ -106,10 +106,61 @@ void al_logf(const al_log *log, al_log_level lvl, const char *fmt, ...) {
 
 /* ---- time ---------------------------------------------------------------- */
 
+static double ts_seconds(const struct timespec *ts) {
+    return (double)ts->tv_sec + 1e-9 * (double)ts->tv_nsec;
+}
+
+static struct timespec seconds_ts(double s) {
+    struct timespec ts = {(time_t)s, 0};
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) { /* rounding */
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    if (ts.tv_nsec < 0) ts.tv_nsec = 0;
+    return ts;
+}
+
 double al_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return ts_seconds(&ts);
+}
+
+double al_wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* display and files only: see al_base.h */
+    return ts_seconds(&ts);
+}
+
+void al_sleep(double s) {
+    if (!(s > 0)) return;
+    struct timespec ts = seconds_ts(s);
+    clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
+}
+
+int al_cond_init(pthread_cond_t *cv, al_err *err) {
+    pthread_condattr_t at;
+    int rc = pthread_condattr_init(&at);
+    if (rc) return al_errf(err, AL_ENOMEM, "condition variable: attributes: %s", strerror(rc));
+    rc = pthread_condattr_setclock(&at, CLOCK_MONOTONIC);
+    if (!rc) rc = pthread_cond_init(cv, &at);
+    pthread_condattr_destroy(&at);
+    if (rc)
+        return al_errf(err, rc == ENOMEM ? AL_ENOMEM : AL_EUNSUPPORTED,
+                       "condition variable on the monotonic clock: %s", strerror(rc));
+    return 0;
+}
+
+int al_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, double deadline) {
+    if (isinf(deadline) && deadline > 0) {
+        pthread_cond_wait(cv, mu);
+        return 1;
+    }
+    /* (a deadline already past still waits, for no time: the caller's loop
+     * sees 0 and stops) */
+    struct timespec ts = seconds_ts(AL_MAX(0.0, deadline));
+    return pthread_cond_timedwait(cv, mu, &ts) != ETIMEDOUT;
 }
 
 /* ---- RNG ----------------------------------------------------------------- */

@@ -20,10 +20,9 @@ static const struct {
 static const double BUCKETS[AL_METRICS_BUCKETS] = {0.01, 0.05, 0.1, 0.25, 0.5, 1,
                                                    2.5,  5,    10,  30,   60,  300};
 
+/* timestamps shown on /metrics and the dashboard and written to events.jsonl */
 static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return al_wall_now();
 }
 
 int al_metrics_init(al_metrics *m, const char *site, al_err *err) {

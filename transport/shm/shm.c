@@ -52,16 +52,12 @@ struct al_shm_ctl {
 };
 _Static_assert(sizeof(struct al_shm_ctl) <= CTL_BYTES, "control block too big");
 
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 static void futex_wake_all(atomic_uint *addr) {
     syscall(SYS_futex, (unsigned *)addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Sleep while *addr == val, at most `secs` (spurious returns are fine). */
+/* Sleep while *addr == val, at most `secs` (spurious returns are fine; FUTEX_WAIT's
+ * relative timeout counts on the monotonic clock). */
 static void futex_wait(atomic_uint *addr, unsigned val, double secs) {
     struct timespec ts = {(time_t)secs, (long)((secs - (double)(time_t)secs) * 1e9)};
     syscall(SYS_futex, (unsigned *)addr, FUTEX_WAIT, val, &ts, NULL, 0);
@@ -393,7 +389,7 @@ static void watch(al_shm *s, const pid_t *pids, int *alive, int pool) {
                 if (alive[w]) kill(pids[w], SIGKILL);
             kill_at = al_now() + 3600; /* once */
         }
-        if (!reaped) sleep_s(0.002);
+        if (!reaped) al_sleep(0.002);
     }
 }
 
@@ -493,7 +489,7 @@ void al_shm_pool_stop(al_shm *s) {
                 break;
             }
             if (al_now() > kill_at) kill(s->pool_pid[w], SIGKILL);
-            sleep_s(0.002);
+            al_sleep(0.002);
         }
     }
     s->pool = 0;
