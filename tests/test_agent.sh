@@ -451,19 +451,35 @@ else
 fi
 
 # ---- 2h. a corrupted theta_global (issue 13) ----------------------------------------
-# c flips a bit of its theta_global, and of the copy it publishes, halfway
+# r2h: c flips a bit of its theta_global, and of the copy it publishes, halfway
 # through round 2 (AL_FAULT=corrupt:2). At the interval's end it no longer
 # hashes to the committed base: c says so, finds its own copy damaged too,
 # pulls the round's state from a peer, trains the interval again, and all
 # three end on one theta.
-dir=r2h
+# r2hx (issue 32): c flips a bit of theta_global only, as round 3's exchange
+# starts -- after the interval's end checked it -- and, with streaming, in a
+# hash chunk outside round 3's fragment, which the candidate's hash does not
+# read (AL_FAULT=corrupt:3:exchange). The check of theta_global before the
+# candidate catches it in round 3: c votes no value, reloads its published
+# copy, and all three end on one theta with one history. (Without the check,
+# forced: c committed the flipped theta in round 3 under the clean hash and
+# fell out of step only in round 4, whose candidate read that chunk; it
+# rejoined at round 5 by a pull, and nothing said why.)
 PORTS=($(port) $(port) $(port))
-for s in a b c; do STEPS=100 conf $dir $s "a b c"; done
-start $dir a
-start $dir b
-AL_FAULT=corrupt:2 start $dir c
-rc=0
-for s in a b c; do eval "await \$PID_$s 300" || rc=1; done
+for s in a b c; do STEPS=100 conf r2h $s "a b c"; done
+PORTS=($(port) $(port) $(port))
+for s in a b c; do STEPS=100 conf r2hx $s "a b c"; done
+start r2h a
+start r2h b
+AL_FAULT=corrupt:2 start r2h c
+PID_ha=$PID_a PID_hb=$PID_b PID_hc=$PID_c
+start r2hx a
+start r2hx b
+AL_FAULT=corrupt:3:exchange start r2hx c
+rc=0 rcx=0
+for s in a b c; do eval "await \$PID_h$s 300" || rc=1; done
+for s in a b c; do eval "await \$PID_$s 300" || rcx=1; done
+dir=r2h
 ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
 if [[ $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" ]] &&
     grep -q "round 2: theta_global hashes to .*, not the committed .*: corrupted here" $dir/c.log &&
@@ -472,6 +488,29 @@ if [[ $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" ]] &&
     ok "a corrupted theta_global is caught at the end of its interval and repaired from a peer; all three end on ${ha:0:12}"
 else
     no "corrupted theta: rc $rc, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'corrupt\|joined\|error' $dir/c.log | head -4)"
+fi
+dir=r2hx
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
+forks=$(python3 - $dir <<'PY'
+import json, sys
+seen, bad = {}, 0
+for s in "abc":
+    for line in open(f"{sys.argv[1]}/run-{s}/events.jsonl"):
+        e = json.loads(line)
+        if e.get("event") == "round" and e.get("theta"):
+            bad += seen.setdefault(e["round"], e["theta"]) != e["theta"]
+print(bad)
+PY
+)
+where="flipped a bit of theta_global at value [0-9]*, "
+[[ ${AL_TEST_OVERLAP:-none} == streaming ]] && where+="in a hash chunk outside the fragment"
+if [[ $rcx -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" && $forks == 0 ]] &&
+    grep -q "AL_FAULT corrupt: round 3: $where" $dir/c.log &&
+    grep -q "round 3: theta_global hashes to .*, not the committed .*: corrupted here" $dir/c.log &&
+    grep -q "round 3: theta_global reloaded" $dir/c.log; then
+    ok "a bit flipped in theta_global after the interval's check ($(grep -o 'flipped a bit.*' $dir/c.log | head -1)) is caught before round 3's candidate and repaired by a reload in round 3; all three end on ${ha:0:12}, one history"
+else
+    no "corrupted theta at the exchange: rc $rcx, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'corrupt\|reloaded\|joined\|error' $dir/c.log | head -5)"
 fi
 
 # ---- 2c. a connection cut through wanem mid-sync ----------------------------------

@@ -145,7 +145,13 @@ static void parse_faults(agent *a) {
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
     a->fault_freeze = a->fault_corrupt = a->fault_nanmerge = -1;
     if (fault && !strncmp(fault, "nanmerge:", 9)) a->fault_nanmerge = atol(fault + 9);
-    if (fault && !strncmp(fault, "corrupt:", 8)) a->fault_corrupt = atol(fault + 8);
+    a->fault_corrupt_xchg = -1;
+    if (fault && !strncmp(fault, "corrupt:", 8)) {
+        if (strstr(fault + 8, ":exchange"))
+            a->fault_corrupt_xchg = atol(fault + 8);
+        else
+            a->fault_corrupt = atol(fault + 8);
+    }
     if (fault && !strncmp(fault, "freeze:", 7)) a->fault_freeze = atol(fault + 7);
     a->fault_pause_round = -1;
     const char *colon = fault && !strncmp(fault, "pause:", 6) ? strchr(fault + 6, ':') : NULL;

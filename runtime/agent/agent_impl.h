@@ -318,6 +318,9 @@ typedef struct agent {
     double fault_liar;           /* AL_FAULT=liar:V: the same, reporting its true |Δ| */
     long fault_corrupt;          /* AL_FAULT=corrupt:R: flip a bit of θ_global and of the
                                   * published copy halfway through round R's interval */
+    long fault_corrupt_xchg;     /* AL_FAULT=corrupt:R:exchange: flip a bit of θ_global (not
+                                  * of the published copy) as round R's exchange starts, in a
+                                  * hash chunk outside the round's fragment (streaming) */
     long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
                                   * the merge of round R's fragment starts from */
     volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */

@@ -219,7 +219,8 @@ static int do_train(agent *a, al_err *err) {
 /* AL_ACT_EXCHANGE: Δ with the members the machine chose. A failure is the
  * round's business (a null vote), never the agent's end. */
 static int do_exchange(agent *a, const al_round_action *act) {
-    if (a->round == a->fault_stats) raise(SIGKILL); /* test hook, see agent_impl.h */
+    if (a->round == a->fault_stats) raise(SIGKILL);               /* test hook, see agent_impl.h */
+    if (a->round == a->fault_corrupt_xchg) ag_corrupt_outside(a); /* (after the interval's check) */
     ag_fault_pause(a, "exchange", a->round);
     al_round_event ev = {
         .type = AL_EV_EXCHANGE_FAILED, .peer = -1, .round = a->round, .epoch = act->epoch};
@@ -294,11 +295,16 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
     a->have_cand = 1;
     al_round_event ev = {
         .type = AL_EV_CANDIDATE, .peer = -1, .round = a->round, .epoch = act->epoch};
+    /* θ_global, which the candidate came from, checked by its checksum before
+     * the candidate is hashed (rehashed if it changed since it was hashed: a
+     * fault since the interval's check shows here, and the machine reloads it).
+     * The candidate's hash reads θ_global's kept digests outside its fragment,
+     * so without this a flip there would be voted and committed as clean. */
+    ag_outer_check(a, &ev.theta);
     size_t lo = 0, hi = a->P; /* (streaming: the candidate differs in its fragment only) */
     if (a->sm.F) ag_frag(a, a->round, &lo, &hi);
     ag_cand_hash(a, lo, hi);
     ev.hash = a->cand_h;
-    ag_outer_hash(a, &ev.theta, 0);
     ag_feed(a, &ev);
     return 0;
 }

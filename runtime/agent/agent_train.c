@@ -36,6 +36,37 @@ void ag_corrupt(agent *a) {
             a->name[a->self]);
 }
 
+/* AL_FAULT=corrupt:R:exchange (tests): a memory fault in θ_global after the
+ * interval's end checked it, as the round's exchange starts. The bit is in a
+ * hash chunk that the round's fragment does not overlap where there is one
+ * (streaming: a candidate rehashes only its fragment's chunks, so only a check
+ * of θ_global before the candidate can see it), else anywhere outside the
+ * fragment, else anywhere. The published copy stays intact: the repair is a
+ * reload of it. Once. */
+void ag_corrupt_outside(agent *a) {
+    a->fault_corrupt_xchg = -1;
+    size_t lo, hi, at = a->P / 2, C = AL_THETA_CHUNK;
+    ag_frag(a, a->round, &lo, &hi);
+    const char *where = "inside the fragment (it is all of theta)";
+    if (lo > 0 || hi < a->P) {
+        at = lo > 0 ? lo / 2 : hi + (a->P - hi) / 2;
+        where = "outside the fragment, in a chunk it overlaps";
+        for (size_t c = 0; c < al_theta_chunks(a->P); c++) {
+            size_t c_lo = c * C, c_hi = AL_MIN(a->P, c_lo + C);
+            if (c_hi <= lo || c_lo >= hi) { /* a chunk the candidate's hash does not read */
+                at = c_lo + (c_hi - c_lo) / 2;
+                where = "in a hash chunk outside the fragment";
+                break;
+            }
+        }
+    }
+    ((uint8_t *)&a->outer.theta[at])[1] ^= 0x10; /* (behind the kept hash's back) */
+    al_logf(&a->log, AL_LOG_WARN,
+            "site %s: AL_FAULT corrupt: round %ld: flipped a bit of theta_global at value %zu, %s "
+            "[%zu, %zu)",
+            a->name[a->self], a->round, at, where, lo, hi);
+}
+
 int ag_src_next(void *ctx, long step, const al_piece **pieces, int *n, al_err *err) {
     (void)step;
     (void)err;

@@ -38,5 +38,8 @@ int ag_bg_settle(agent *a, al_err *err);
 int ag_bg_finished(agent *a, double *t_end);
 /* AL_FAULT=corrupt:R: flip a bit of θ_global and of its published copy. */
 void ag_corrupt(agent *a);
+/* AL_FAULT=corrupt:R:exchange: flip a bit of θ_global only, in a hash chunk
+ * outside round a->round's fragment where there is one (streaming). */
+void ag_corrupt_outside(agent *a);
 
 #endif
