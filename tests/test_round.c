@@ -108,6 +108,7 @@ typedef struct counts {
     long reloads, fetches, carried;
     long sent, lost, dups;
     uint64_t max_epoch;
+    int max_queue; /* the most actions one event left in a machine's queue */
 } counts;
 
 typedef struct world {
@@ -116,6 +117,7 @@ typedef struct world {
     int dead;                  /* a site down for good from the heal on (majority only), -1: none */
     int dead_mode, keep_going; /* AL_ROUND_DEAD, AL_ROUND_KEEP_GOING */
     int carry;                 /* al_round_cfg.carry: AL_ROUND_CARRY (default 1) */
+    int nine;                  /* every schedule with 9 sites (AL_ROUND_NINE=1 to replay) */
     al_round_cfg cfg;
     al_rng rng;
     sn_net net;
@@ -345,6 +347,7 @@ static void feed(world *w, int i, al_round_event ev) {
     al_round_action acts[AL_ROUND_MAX_ACTIONS];
     ev.now = w->now;
     al_round_step(&s->m, &ev);
+    if (s->m.nout > w->c.max_queue) w->c.max_queue = s->m.nout;
     if (s->m.lost) fail_inv(w, "site %d lost %d actions to a full queue", i, s->m.lost);
     int n = al_round_ready(&s->m, acts, AL_ROUND_MAX_ACTIONS);
     for (int k = 0; k < n && !w->failed; k++) {
@@ -585,12 +588,15 @@ static void check_after(world *w) {
         w->conv_round = w->s[ref].m.round;
 }
 
-static const char *const CONFIG_NAMES[] = {"3 sites, majority", "5 sites, majority",
-                                           "2 sites, all"};
+static const char *const CONFIG_NAMES[] = {"3 sites, majority", "5 sites, majority", "2 sites, all",
+                                           "9 sites, majority"};
+/* configuration = seed mod 3, or 3 (9 sites) in the 9-site test */
+#define CONFIG_OF(w, seed) ((w)->nine ? 3 : (int)((seed) % 3))
 
 static void setup(world *w, uint64_t seed) {
-    static const int nsites[] = {3, 5, 2};
-    static const al_quorum quorum[] = {AL_QUORUM_MAJORITY, AL_QUORUM_MAJORITY, AL_QUORUM_ALL};
+    static const int nsites[] = {3, 5, 2, 9};
+    static const al_quorum quorum[] = {AL_QUORUM_MAJORITY, AL_QUORUM_MAJORITY, AL_QUORUM_ALL,
+                                       AL_QUORUM_MAJORITY};
     w->heap.n = 0;
     w->nvotes = 0;
     w->seed = seed;
@@ -600,7 +606,7 @@ static void setup(world *w, uint64_t seed) {
     memset(w->has, 0, sizeof w->has);
     memset(&w->trace, 0, sizeof w->trace);
     al_rng_seed(&w->rng, seed);
-    int kind = (int)(seed % 3);
+    int kind = CONFIG_OF(w, seed);
     w->n = nsites[kind];
     w->cfg = (al_round_cfg){.nsites = w->n,
                             .quorum = quorum[kind],
@@ -660,12 +666,13 @@ static int run_schedule(world *w, uint64_t seed) {
     w->c.lost += w->net.dropped;
     w->c.dups += w->net.duplicated;
     if (w->failed && w->keep_going) {
-        printf("  seed %llu (%s): %s\n", (unsigned long long)seed, CONFIG_NAMES[seed % 3], w->why);
+        printf("  seed %llu (%s): %s\n", (unsigned long long)seed, CONFIG_NAMES[CONFIG_OF(w, seed)],
+               w->why);
     } else if (w->failed) {
-        printf("  seed %llu (%s) failed at t=%.3f: %s\n  replay: %s --seed %llu\n"
+        printf("  seed %llu (%s) failed at t=%.3f: %s\n  replay: %s%s --seed %llu\n"
                "  last events:\n",
-               (unsigned long long)seed, CONFIG_NAMES[seed % 3], w->now, w->why, prog,
-               (unsigned long long)seed);
+               (unsigned long long)seed, CONFIG_NAMES[CONFIG_OF(w, seed)], w->now, w->why,
+               w->nine ? "AL_ROUND_NINE=1 " : "", prog, (unsigned long long)seed);
         sn_trace_print(&w->trace, 40);
     }
     return w->failed;
@@ -681,12 +688,15 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
     return s && *s ? strtoull(s, NULL, 10) : dflt;
 }
 
-/* Seeds first + k (mod 3), stepping by 3: the share of configuration k. */
+/* Seeds first + k (mod 3), stepping by 3: the share of configuration k; kind
+ * 3 (9 sites): AL_ROUND_SCHEDULES9 seeds from first, each with 9 sites. */
 static void simulate(int kind) {
     world *w = calloc(1, sizeof *w);
     assert_non_null(w);
     uint64_t first = env_u64("AL_ROUND_FIRST_SEED", 0);
     uint64_t end = first + env_u64("AL_ROUND_SCHEDULES", 10000);
+    w->nine = kind == 3;
+    if (w->nine) end = first + 3 * env_u64("AL_ROUND_SCHEDULES9", 300); /* (every third seed) */
     w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
     w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
     w->keep_going = (int)env_u64("AL_ROUND_KEEP_GOING", 0);
@@ -705,6 +715,9 @@ static void simulate(int kind) {
         CONFIG_NAMES[kind], c.schedules, al_now() - t0, c.events, c.commits, c.adopts, c.repairs,
         c.reloads, c.crashes, c.partitions, c.corrupts, c.drops, (unsigned long long)c.max_epoch,
         c.carried, c.fetches, c.sent, c.lost, c.dups);
+    if (kind == 3)
+        print_message("  at most %d actions queued by one event (the queue holds %d), none lost\n",
+                      c.max_queue, AL_ROUND_MAX_ACTIONS);
     world_free(w);
     free(w);
     if (failed) fail_msg("an invariant failed (seed above)");
@@ -722,6 +735,12 @@ static void test_sim_5_majority(void **st) {
 static void test_sim_2_all(void **st) {
     (void)st;
     simulate(2);
+}
+/* 9 sites (issue 32): more peers than the agent's action queue once held for
+ * the actions of several events; taken after every event, none is lost */
+static void test_sim_9_majority(void **st) {
+    (void)st;
+    simulate(3);
 }
 
 /* ---- direct cases ------------------------------------------------------------------ */
@@ -1143,12 +1162,69 @@ static void test_alone_no_storm(void **st) {
     free(m);
 }
 
+/* The action queue when its caller does not take the actions (issue 32): 16
+ * sites, ticks every heartbeat, nothing taken. The queue fills; what it holds
+ * is kept as it was (the newest action used to overwrite the last one),
+ * al_round_overflow says so for good, naming the overflow; a machine whose
+ * actions are taken after every event never overflows. */
+static void test_queue_overflow(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.nsites = AL_ROUND_MAX_SITES;
+    al_round *m = new_machine(&cfg, &START), *ok = new_machine(&cfg, &START);
+    al_round_action *full = calloc(AL_ROUND_MAX_ACTIONS, sizeof *full);
+    al_round_action *got = calloc(AL_ROUND_MAX_ACTIONS, sizeof *got);
+    assert_non_null(full);
+    assert_non_null(got);
+    al_err err = {0};
+    int k = 0;
+    for (k = 1; k <= 1000 && m->nout < AL_ROUND_MAX_ACTIONS; k++) {
+        al_round_event ev = {.type = AL_EV_TICK, .now = 1.0 * k, .peer = -1};
+        al_round_step(m, &ev);
+    }
+    assert_int_equal(m->nout, AL_ROUND_MAX_ACTIONS);
+    memcpy(full, m->out, AL_ROUND_MAX_ACTIONS * sizeof *full);
+    /* more, into a full queue: the interval's end (statistics to send, other
+     * actions than the queue's last), then ticks */
+    al_round_event done = {
+        .type = AL_EV_INTERVAL_DONE, .now = 1.0 * k, .peer = -1, .round = 0, .hash = m->base};
+    al_round_step(m, &done);
+    for (int j = 0; j < 5; j++, k++) {
+        al_round_event ev = {.type = AL_EV_TICK, .now = 1.0 * k, .peer = -1};
+        al_round_step(m, &ev);
+    }
+    print_message("  %d sites, %d ticks untaken: %d queued, %d lost\n", cfg.nsites, k - 1, m->nout,
+                  m->lost);
+    assert_true(m->lost > 0);
+    assert_int_equal(m->nout, AL_ROUND_MAX_ACTIONS);
+    assert_int_equal(al_round_overflow(m, &err), AL_EINVAL);
+    print_message("  %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "action queue overflow"));
+    assert_non_null(strstr(err.msg, "lost"));
+    assert_int_equal(al_round_ready(m, got, AL_ROUND_MAX_ACTIONS), AL_ROUND_MAX_ACTIONS);
+    assert_memory_equal(got, full, AL_ROUND_MAX_ACTIONS * sizeof *got); /* none overwritten */
+    assert_int_equal(al_round_overflow(m, &err), AL_EINVAL);            /* for good */
+    for (int j = 1; j <= k; j++) { /* taken after every event: never */
+        al_round_event ev = {.type = AL_EV_TICK, .now = 1.0 * j, .peer = -1};
+        feed_all(ok, ev, got);
+        if (j == 11) {
+            done.hash = ok->base;
+            feed_all(ok, done, got);
+        }
+    }
+    assert_int_equal(al_round_overflow(ok, &err), 0);
+    free(full);
+    free(got);
+    free(m);
+    free(ok);
+}
+
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
         cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
         cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
-        cmocka_unit_test(test_commit_elsewhere)
+        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_queue_overflow)
 
 int main(int argc, char **argv) {
     prog = argv[0];
@@ -1158,6 +1234,7 @@ int main(int argc, char **argv) {
         w->verbose = 1;
         w->dead_mode = (int)env_u64("AL_ROUND_DEAD", 0);
         w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
+        w->nine = (int)env_u64("AL_ROUND_NINE", 0);
         uint64_t seed = strtoull(argv[2], NULL, 10);
         int rc = run_schedule(w, seed);
         printf("seed %llu: %s\n", (unsigned long long)seed, rc ? "FAILED" : "every invariant held");
@@ -1165,8 +1242,8 @@ int main(int argc, char **argv) {
         free(w);
         return rc;
     }
-    const struct CMUnitTest tests[] = {ROUND_CASES, cmocka_unit_test(test_sim_3_majority),
-                                       cmocka_unit_test(test_sim_5_majority),
-                                       cmocka_unit_test(test_sim_2_all)};
+    const struct CMUnitTest tests[] = {
+        ROUND_CASES, cmocka_unit_test(test_sim_3_majority), cmocka_unit_test(test_sim_5_majority),
+        cmocka_unit_test(test_sim_2_all), cmocka_unit_test(test_sim_9_majority)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -312,6 +312,7 @@ static void teardown(agent *a) {
         al_workload_free(&a->wl);
     }
     free(a->pieces);
+    free(a->aq);
     al_trainer_free(&a->tr);
     al_tokens_free(&a->train);
     al_tokens_free(&a->val);

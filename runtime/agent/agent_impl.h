@@ -177,6 +177,12 @@ typedef struct agent {
     int live[AG_MAX_SITES]; /* members of the last committed round */
     /* the round protocol (al_round.h), driven by agent_round.c */
     al_round rm;
+    /* its actions, taken after every event (ag_feed) and carried out in order
+     * by the driver (ag_next_action); aq_rc: the machine's queue overflowed,
+     * or this one could not grow (aq_err says which): fatal */
+    al_round_action *aq;
+    int aq_head, aq_n, aq_cap, aq_rc;
+    al_err aq_err;
     al_quorum quorum;                 /* [round] quorum */
     const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
     int resumed;                      /* started with --resume: the persisted vote counts */

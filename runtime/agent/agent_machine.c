@@ -52,16 +52,52 @@ void ag_status_out(const al_round_status *st, al_peer_status *p) {
  * the machine's (round, epoch, phase, vote, members), and every peer status
  * that is news, is logged with the time since the start: the trace to read
  * when a round stalls. */
+/* The actions one event caused, from the machine's queue (AL_ROUND_MAX_ACTIONS,
+ * far more than one event emits) to the end of the agent's (a->aq, grown as
+ * needed): fed several events before its actions were taken (the inbox's
+ * statuses and statistics, then a tick), the machine's queue filled past about
+ * 8 sites and lost actions. An overflow anyway, or no memory, is fatal. */
+static void take_actions(agent *a) {
+    if (a->aq_rc) return;
+    if ((a->aq_rc = al_round_overflow(&a->rm, &a->aq_err))) return;
+    int n = a->rm.nout;
+    if (a->aq_n + n > a->aq_cap) {
+        int cap = AL_MAX(2 * a->aq_cap, AL_MAX(a->aq_n + n, 64));
+        al_round_action *q = realloc(a->aq, (size_t)cap * sizeof *q);
+        if (!q) {
+            a->aq_rc = al_errf(&a->aq_err, AL_ENOMEM, "round actions: out of memory (%d queued)",
+                               a->aq_n - a->aq_head);
+            return;
+        }
+        a->aq = q;
+        a->aq_cap = cap;
+    }
+    a->aq_n += al_round_ready(&a->rm, a->aq + a->aq_n, n);
+}
+
+int ag_next_action(agent *a, al_round_action *act, al_err *err) {
+    if (a->aq_rc) {
+        *err = a->aq_err;
+        return a->aq_rc;
+    }
+    if (a->aq_head == a->aq_n) return 0;
+    *act = a->aq[a->aq_head++];
+    if (a->aq_head == a->aq_n) a->aq_head = a->aq_n = 0; /* empty: from the start again */
+    return 1;
+}
+
 void ag_feed(agent *a, al_round_event *ev) {
     ev->now = al_now();
     if (a->log.min > AL_LOG_DEBUG) { /* no trace: nothing to compare */
         al_round_step(&a->rm, ev);
+        take_actions(a);
         return;
     }
     al_round_status b, s;
     al_round_status_get(&a->rm, &b);
     al_round_phase ph = a->rm.phase;
     al_round_step(&a->rm, ev);
+    take_actions(a);
     al_round_status_get(&a->rm, &s);
     int peer_news = ev->type == AL_EV_STATUS && ev->peer >= 0;
     if (!peer_news && s.round == b.round && s.epoch == b.epoch && ph == a->rm.phase &&

@@ -800,7 +800,6 @@ int ag_drive(agent *a, double *eval, al_err *err) {
     /* (an interval trained before a stop, not yet exchanged, is not the end) */
     if (a->step >= a->cfg->inner_steps && !a->bg_trained) check_finished(a);
     double stop_by = 0;
-    al_round_action acts[AL_ROUND_MAX_ACTIONS];
     for (;;) {
         double now = al_now();
         if (a->finished && (ag_peers_caught_up(a) || now > a->linger_until)) break;
@@ -823,14 +822,14 @@ int ag_drive(agent *a, double *eval, al_err *err) {
         if ((rc = ag_feed_inbox(a, err))) return rc;
         al_round_event tick = {.type = AL_EV_TICK, .peer = -1};
         ag_feed(a, &tick);
-        int n, did = 0;
-        while ((n = al_round_ready(&a->rm, acts, AL_ROUND_MAX_ACTIONS)) > 0) {
-            for (int k = 0; k < n; k++) {
-                if ((rc = execute(a, &acts[k], eval, err))) return rc;
-                did += acts[k].type != AL_ACT_SEND_STATUS && acts[k].type != AL_ACT_SEND_STATS &&
-                       acts[k].type != AL_ACT_LOG;
-            }
+        int did = 0;
+        al_round_action act;
+        while ((rc = ag_next_action(a, &act, err)) > 0) {
+            if ((rc = execute(a, &act, eval, err))) return rc;
+            did += act.type != AL_ACT_SEND_STATUS && act.type != AL_ACT_SEND_STATS &&
+                   act.type != AL_ACT_LOG;
         }
+        if (rc < 0) return rc;
         ag_report_health(a);
         log_wait(a, now);
         if (did) continue;

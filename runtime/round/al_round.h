@@ -301,7 +301,10 @@ typedef struct al_round {
     int unreachable;          /* health says fewer sites are reachable than the quorum */
     al_round_peer peer[AL_ROUND_MAX_SITES];
     al_round_action out[AL_ROUND_MAX_ACTIONS];
-    int nout, lost; /* actions waiting; actions lost to a full queue (a bug) */
+    int nout, lost;        /* actions waiting; actions lost to a full queue (a bug) */
+    int lost_type;         /* the first lost action's type, */
+    long lost_round;       /* ... and round */
+    al_round_action spill; /* where a lost action is written (never a queued one) */
 } al_round;
 
 /* Checks cfg (nsites 1..AL_ROUND_MAX_SITES, self, min_sites, timeouts). */
@@ -311,6 +314,12 @@ int al_round_init(al_round *m, const al_round_cfg *cfg, const al_round_start *s,
 void al_round_step(al_round *m, const al_round_event *ev);
 /* Take up to max queued actions, oldest first; returns how many. */
 int al_round_ready(al_round *m, al_round_action *out, int max);
+/* The queue holds AL_ROUND_MAX_ACTIONS, far more than one event emits: a
+ * caller that takes the actions after every al_round_step never fills it.
+ * When it was full, the actions that did not fit were lost (the queued ones
+ * are kept, never overwritten) and the machine no longer matches what its
+ * caller did: 0, or AL_EINVAL with a message naming the overflow, for good. */
+int al_round_overflow(const al_round *m, al_err *err);
 /* This site's status as its peers should see it now. */
 void al_round_status_get(const al_round *m, al_round_status *st);
 /* Live peers + this site. */

@@ -82,12 +82,18 @@ static void site_name(const al_round *m, int i, char buf[16]) {
         snprintf(buf, 16, "site %d", i);
 }
 
+/* A new action at the queue's end. A full queue (the caller fed events without
+ * taking their actions: one event emits far fewer than AL_ROUND_MAX_ACTIONS)
+ * keeps what it holds: the new action goes to a scratch slot, is counted as
+ * lost, and al_round_overflow reports it from then on (a fatal error). */
 static al_round_action *emit(al_round *m, al_round_action_type t) {
-    if (m->nout >= AL_ROUND_MAX_ACTIONS) { /* cannot happen with the bound above */
-        m->lost++;
-        m->nout--;
+    al_round_action *a = &m->spill;
+    if (m->nout < AL_ROUND_MAX_ACTIONS) {
+        a = &m->out[m->nout++];
+    } else if (m->lost++ == 0) {
+        m->lost_type = t;
+        m->lost_round = m->round;
     }
-    al_round_action *a = &m->out[m->nout++];
     memset(a, 0, sizeof *a);
     a->type = t;
     a->peer = -1;
@@ -939,6 +945,15 @@ int al_round_ready(al_round *m, al_round_action *out, int max) {
     memmove(m->out, m->out + n, (size_t)(m->nout - n) * sizeof *out);
     m->nout -= n;
     return n;
+}
+
+int al_round_overflow(const al_round *m, al_err *err) {
+    if (!m->lost) return 0;
+    return al_errf(err, AL_EINVAL,
+                   "round machine: action queue overflow: %d action%s lost, the first a %s at "
+                   "round %ld (the queue holds %d; its actions must be taken after every event)",
+                   m->lost, m->lost == 1 ? "" : "s", al_round_action_name(m->lost_type),
+                   m->lost_round, AL_ROUND_MAX_ACTIONS);
 }
 
 void al_round_status_get(const al_round *m, al_round_status *st) {
