@@ -33,26 +33,36 @@ const al_policy_ops al_policy_fixed = {.name = "fixed",
                                        .start = fixed_start,
                                        .next = fixed_next};
 
-/* ---- schedule: H = h1 until inner step `at`, then h2 -------------------------------------
- * A two-phase hand schedule (post-local SGD's shape, or its reverse): for
- * experiments on where syncs are worth most, and for users who know. The
- * switch happens at the first round boundary at or after inner step `at`. */
+/* ---- schedule: H = h1 until inner step `at`, then h2 (then h3 from `at2`) -------------------
+ * A hand schedule in two phases (post-local SGD's shape, or its reverse), or
+ * three with `at2`: for experiments on where syncs are worth most (the
+ * sweep's ceiling, docs/results/autoloco-sweep.md), and for users who know.
+ * Each switch happens at the first round boundary at or after its step.
+ * at2 = 0 (the default): no third phase, the two-phase schedule as before. */
 
-enum { SCH_H1 = P_OWN, SCH_H2, SCH_AT };
+enum { SCH_H1 = P_OWN, SCH_H2, SCH_AT, SCH_H3, SCH_AT2 };
 enum { SCH_S_STEP = S_OWN };
 static const al_pparam sched_params[] = {
     {"h1", AL_P_INT, 0, 0, 1e9, "the interval before step `at` (0: h_base)"},
     {"h2", AL_P_INT, 0, 0, 1e9, "the interval from step `at` on (0: h_base)"},
     {"at", AL_P_INT, 0, 0, 1e12, "the inner step of the switch"},
+    {"h3", AL_P_INT, 0, 0, 1e9, "the interval from step `at2` on (0: h_base)"},
+    {"at2", AL_P_INT, 0, 0, 1e12, "the inner step of a second switch, to h3 (0: none)"},
 };
 static const char *const sched_state[] = {"step"};
 
 static double sched_h(const al_policy *p, double step) {
-    double h = step < p->par[SCH_AT] ? p->par[SCH_H1] : p->par[SCH_H2];
+    double h = p->par[SCH_AT2] > 0 && step >= p->par[SCH_AT2] ? p->par[SCH_H3]
+               : step < p->par[SCH_AT]                        ? p->par[SCH_H1]
+                                                              : p->par[SCH_H2];
     return h > 0 ? h : p->h_base;
 }
 static int sched_start(al_policy *p, double *h, al_err *err) {
-    (void)err;
+    if (p->par[SCH_AT2] > 0 && p->par[SCH_AT2] < p->par[SCH_AT])
+        return al_errf(err, AL_ECONFIG,
+                       "policy schedule: at2 = %g comes before at = %g (the phases are h1, h2, "
+                       "h3 in that order)",
+                       p->par[SCH_AT2], p->par[SCH_AT]);
     p->st[SCH_S_STEP] = 0;
     *h = sched_h(p, 0);
     return 0;

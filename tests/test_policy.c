@@ -446,6 +446,38 @@ static void test_schedule(void **state) {
     al_policy_free(p);
 }
 
+/* schedule in three phases (the sweep's ceiling): h1 = 30 until step 100, h2 =
+ * 70 until step 200, then h3 = 50. Rounds end at 30, 60, 90, 120 (>= 100: 70),
+ * 190 (< 200: 70), 260 (>= 200: 50), 310 → H (after start's 30) 30, 30, 30, 70, 70,
+ * 50, 50. h3 = 0
+ * means h_base; at2 before at is refused, naming both. */
+static void test_schedule_three_phases(void **state) {
+    (void)state;
+    al_policy *p =
+        make("schedule", (const char *const[]){"h_base", "40", "h1", "30", "h2", "70", "at", "100",
+                                               "h3", "50", "at2", "200", NULL});
+    assert_int_equal(start(p), 30);
+    int64_t steps = 30, want[] = {30, 30, 30, 70, 70, 50, 50};
+    for (int i = 0; i < 7; i++) {
+        int64_t h = next(p, rs(i, 2, 3.0, 0.5, 1e-3, steps));
+        assert_int_equal(h, want[i]);
+        steps = h;
+    }
+    al_policy_free(p);
+    p = make("schedule",
+             (const char *const[]){"h_base", "40", "h1", "30", "at", "30", "at2", "60", NULL});
+    assert_int_equal(start(p), 30);
+    assert_int_equal(next(p, rs(0, 2, 3.0, 0.5, 1e-3, 30)), 40); /* h2 = 0: h_base */
+    assert_int_equal(next(p, rs(1, 2, 3.0, 0.5, 1e-3, 40)), 40); /* h3 = 0: h_base */
+    al_policy_free(p);
+    p = make("schedule", (const char *const[]){"at", "200", "at2", "100", NULL});
+    int64_t h;
+    al_err err = {0};
+    assert_int_equal(al_policy_start(p, &h, &err), AL_ECONFIG);
+    assert_non_null(strstr(err.msg, "at2 = 100 comes before at = 200"));
+    al_policy_free(p);
+}
+
 static void test_deterministic_and_resume(void **state) {
     (void)state;
     al_rng r;
@@ -604,6 +636,7 @@ int main(void) {
         cmocka_unit_test(test_autoloco_drift_hand),
         cmocka_unit_test(test_autoloco_drift_settings),
         cmocka_unit_test(test_schedule),
+        cmocka_unit_test(test_schedule_three_phases),
         cmocka_unit_test(test_comm_floor),
         cmocka_unit_test(test_comm_floor_refused),
         cmocka_unit_test(test_deterministic_and_resume),
