@@ -18,6 +18,8 @@
 #ifndef AL_DATA_H
 #define AL_DATA_H
 
+#include <stdbool.h>
+
 #include "al_base.h"
 #include "al_model.h"
 #include "al_tokenizer.h"
@@ -83,16 +85,52 @@ int al_loader_seek(al_loader *ld, const al_loader_state *st, al_err *err);
  * into pieces of at most T; every piece starts at position 0. */
 void al_loader_next(al_loader *ld, al_batch *b);
 
+/* ---- groups: which documents of a token file came from which input ---------------- *
+ * `data prep --groups` (each input one group, e.g. a language) writes beside
+ * X.bin a text file X.groups: '#' comment lines, then one line per group,
+ * "NAME FIRST END": the group holds documents [FIRST, END) of X.bin, the
+ * groups in order, contiguous, the first at 0 and the last ending at the
+ * file's document count. The simulator's `languages` scenario gives site m
+ * group m (al_sim.h). NAME: 1..31 of [A-Za-z0-9._-]. */
+#define AL_GROUP_NAME_MAX 32
+#define AL_GROUPS_MAX     64
+typedef struct al_groups {
+    int n;
+    char name[AL_GROUPS_MAX][AL_GROUP_NAME_MAX];
+    size_t first[AL_GROUPS_MAX + 1]; /* group g: documents [first[g], first[g + 1]) */
+    char path[512];
+} al_groups;
+
+/* The groups file of token file `bin` (X.bin -> X.groups). AL_ENOTFOUND if
+ * there is none; AL_EFORMAT naming the file and line for anything else wrong. */
+int al_groups_load(al_groups *g, const char *bin, al_err *err);
+/* The groups must cover t's documents exactly (AL_EMISMATCH otherwise). */
+int al_groups_check(const al_groups *g, const al_tokens *t, al_err *err);
+/* Write X.groups beside `bin`. */
+int al_groups_write(const al_groups *g, const char *bin, al_err *err);
+/* The groups file's path for token file `bin`. */
+void al_groups_path(char *out, size_t cap, const char *bin);
+/* Is `name` a valid group name (see above)? */
+bool al_group_name_ok(const char *name);
+
 /* ---- data prep -------------------------------------------------------------------- */
 typedef enum { AL_FMT_FORTUNE, AL_FMT_TEXT, AL_FMT_JSONL } al_text_format;
 int al_text_format_parse(const char *s, al_text_format *out, al_err *err);
 
+typedef struct al_prep_group_stats {
+    size_t train_docs, train_bytes; /* documents for training, and their bytes of text */
+    size_t val_docs, val_bytes;     /* validation pieces (the last may be cut), their bytes */
+    size_t val_cut;                 /* 1 if the group's last validation piece was cut */
+} al_prep_group_stats;
+
 typedef struct al_prep_stats {
     size_t files, docs, train_docs, val_docs, train_tokens, val_tokens;
-    size_t min_len, median_len, max_len; /* document lengths in bytes */
-    size_t bytes;                        /* of all documents */
-    double encode_s;                     /* seconds spent tokenizing */
-    int threads;                         /* that tokenized */
+    int ngroups;                              /* grouped prep: the groups, else 0 */
+    al_prep_group_stats group[AL_GROUPS_MAX]; /* grouped prep: per group */
+    size_t min_len, median_len, max_len;      /* document lengths in bytes */
+    size_t bytes;                             /* of all documents */
+    double encode_s;                          /* seconds spent tokenizing */
+    int threads;                              /* that tokenized */
 } al_prep_stats;
 
 /* Read the inputs (files, or directories of files: sorted, skipping *.dat,
@@ -114,6 +152,20 @@ typedef struct al_prep_opts {
     int threads;
     void (*progress)(void *ctx, size_t done_bytes, size_t total_bytes, double seconds);
     void *progress_ctx;
+    /* Grouped prep (NULL: off): group_names[i] names input i, each input one
+     * group (at most AL_GROUPS_MAX, names as al_group_name_ok, distinct).
+     * train.bin holds the groups' training documents group after group, in
+     * input order, and train.groups says where each starts. val.bin mixes the
+     * groups equally: every group gives the same number of bytes of text, B,
+     * the smallest group's validation bytes (its documents drawn with
+     * val_frac, at least one): a group's validation documents in order until
+     * B, the last one cut at the UTF-8 character boundary at or before B (so
+     * each group's share is B minus at most 3 bytes; the cut-off rest is in
+     * neither split); its further validation documents go back to training.
+     * The pieces are interleaved (group 0's first, group 1's first, ...), so
+     * any prefix of val.bin is mixed too. Bytes are kept as they are (the
+     * byte tokenizer: UTF-8 stays UTF-8). */
+    const char *const *group_names;
 } al_prep_opts;
 int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, const char *outdir,
                     const al_prep_opts *o, al_prep_stats *stats, al_err *err);

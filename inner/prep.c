@@ -29,13 +29,8 @@ typedef struct docs {
     size_t count, scap;
 } docs;
 
-static int docs_add(docs *d, const char *p, size_t len, al_err *err) {
-    /* trim surrounding whitespace; skip documents that end up empty */
-    while (len > 0 && (p[0] == '\n' || p[0] == '\r' || p[0] == ' ' || p[0] == '\t')) p++, len--;
-    while (len > 0 &&
-           (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' ' || p[len - 1] == '\t'))
-        len--;
-    if (len == 0) return 0;
+/* Append a document as it is (len > 0). */
+static int docs_append(docs *d, const char *p, size_t len, al_err *err) {
     if (d->n + len > d->cap) {
         size_t nc = (d->cap ? d->cap * 2 : 1 << 20);
         while (nc < d->n + len) nc *= 2;
@@ -56,6 +51,21 @@ static int docs_add(docs *d, const char *p, size_t len, al_err *err) {
     d->n += len;
     d->start[++d->count] = d->n;
     return 0;
+}
+
+static int docs_add(docs *d, const char *p, size_t len, al_err *err) {
+    /* trim surrounding whitespace; skip documents that end up empty */
+    while (len > 0 && (p[0] == '\n' || p[0] == '\r' || p[0] == ' ' || p[0] == '\t')) p++, len--;
+    while (len > 0 &&
+           (p[len - 1] == '\n' || p[len - 1] == '\r' || p[len - 1] == ' ' || p[len - 1] == '\t'))
+        len--;
+    return len ? docs_append(d, p, len, err) : 0;
+}
+
+static void docs_free(docs *d) {
+    free(d->bytes);
+    free(d->start);
+    memset(d, 0, sizeof *d);
 }
 
 /* fortune: documents separated by lines that are exactly "%" */
@@ -396,6 +406,84 @@ int al_data_prep(const char *const *inputs, int ninputs, al_text_format fmt, con
     return al_data_prep_ex(inputs, ninputs, fmt, outdir, &o, stats, err);
 }
 
+/* Grouped prep (al_prep_opts.group_names): from the documents d (group k is
+ * documents [gfirst[k], gfirst[k + 1])) and their draw is_val, the documents
+ * as written: *out holds each group's training documents, group after group,
+ * then the validation pieces interleaved (al_data.h says how they are
+ * chosen); (*out_val)[j] says whether out's document j is one of them, and
+ * g the groups' training documents. */
+static int balance_groups(const docs *d, const size_t *gfirst, int ng, unsigned char *is_val,
+                          docs *out, unsigned char **out_val, al_groups *g, al_prep_stats *st,
+                          al_err *err) {
+    size_t budget = SIZE_MAX;
+    for (int k = 0; k < ng; k++) {
+        size_t a = gfirst[k], b = gfirst[k + 1], nv = 0, vb = 0;
+        if (b - a < 2)
+            return al_errf(err, AL_EFORMAT,
+                           "data prep: group '%s' has %zu document(s) (need >= 2: one for "
+                           "training, one for validation)",
+                           g->name[k], b - a);
+        for (size_t j = a; j < b; j++) nv += is_val[j];
+        if (nv == 0) is_val[b - 1] = 1; /* both splits non-empty in every group */
+        if (nv == b - a) is_val[a] = 0;
+        for (size_t j = a; j < b; j++)
+            if (is_val[j]) vb += d->start[j + 1] - d->start[j];
+        if (vb < budget) budget = vb;
+    }
+    /* each group's validation pieces, at [gfirst[k], gfirst[k] + npiece[k]) */
+    size_t *off = malloc(d->count * sizeof *off), *len = malloc(d->count * sizeof *len);
+    size_t npiece[AL_GROUPS_MAX] = {0};
+    int rc = off && len ? 0 : al_errf(err, AL_ENOMEM, "data prep: out of memory");
+    for (int k = 0; rc == 0 && k < ng; k++) {
+        al_prep_group_stats *gs = &st->group[k];
+        size_t cum = 0;
+        g->first[k] = out->count;
+        for (size_t j = gfirst[k]; rc == 0 && j < gfirst[k + 1]; j++) {
+            size_t a = d->start[j], n = d->start[j + 1] - a;
+            size_t c = 0;
+            if (is_val[j] && cum < budget) {
+                c = n <= budget - cum ? n : budget - cum;
+                /* cut at a character boundary: never before a continuation byte */
+                while (c < n && c > 0 && ((unsigned char)d->bytes[a + c] & 0xC0) == 0x80) c--;
+                if (c == 0) cum = budget; /* not one character fits: the group's share is done */
+            }
+            if (c > 0) {
+                gs->val_cut += c < n;
+                off[gfirst[k] + npiece[k]] = a;
+                len[gfirst[k] + npiece[k]++] = c;
+                cum += c < n ? budget - cum : c; /* a cut piece ends the group's share */
+                gs->val_docs++;
+                gs->val_bytes += c;
+            } else { /* training, or validation beyond the budget: back to training */
+                rc = docs_append(out, d->bytes + a, n, err);
+                gs->train_docs++;
+                gs->train_bytes += n;
+            }
+        }
+        if (rc == 0 && out->count == g->first[k])
+            rc = al_errf(err, AL_EFORMAT, "data prep: group '%s' has no training documents",
+                         g->name[k]);
+    }
+    g->n = ng;
+    g->first[ng] = out->count;
+    size_t ntrain = out->count;
+    for (size_t j = 0, more = 1; rc == 0 && more; j++) {
+        more = 0;
+        for (int k = 0; rc == 0 && k < ng; k++)
+            if (j < npiece[k]) {
+                rc = docs_append(out, d->bytes + off[gfirst[k] + j], len[gfirst[k] + j], err);
+                more = 1;
+            }
+    }
+    if (rc == 0 && !(*out_val = calloc(out->count + 1, 1)))
+        rc = al_errf(err, AL_ENOMEM, "data prep: out of memory");
+    for (size_t j = ntrain; rc == 0 && j < out->count; j++) (*out_val)[j] = 1;
+    st->ngroups = ng;
+    free(off);
+    free(len);
+    return rc;
+}
+
 int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, const char *outdir,
                     const al_prep_opts *o, al_prep_stats *stats, al_err *err) {
     memset(stats, 0, sizeof *stats);
@@ -406,12 +494,33 @@ int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, 
     if (o->bpe && o->bpe->eot < 0)
         return al_errf(err, AL_EINVAL, "data prep: the tokenizer (%s) has no %s token",
                        o->bpe->source, AL_BPE_EOT_TEXT);
+    int ng = o->group_names ? ninputs : 0;
+    al_groups g = {0};
+    if (ng > AL_GROUPS_MAX)
+        return al_errf(err, AL_EINVAL, "data prep --groups: %d inputs, at most %d groups", ng,
+                       AL_GROUPS_MAX);
+    for (int k = 0; k < ng; k++) {
+        if (!al_group_name_ok(o->group_names[k]))
+            return al_errf(err, AL_EINVAL,
+                           "data prep --groups: input %s: group name '%s' must be 1 to %d "
+                           "characters of A-Z a-z 0-9 . _ -",
+                           inputs[k], o->group_names[k], AL_GROUP_NAME_MAX - 1);
+        for (int j = 0; j < k; j++)
+            if (!strcmp(o->group_names[j], o->group_names[k]))
+                return al_errf(err, AL_EINVAL, "data prep --groups: group name '%s' given twice",
+                               o->group_names[k]);
+        snprintf(g.name[k], AL_GROUP_NAME_MAX, "%s", o->group_names[k]);
+    }
     int vocab = o->bpe ? o->bpe->n : AL_BYTE_VOCAB, eot = o->bpe ? o->bpe->eot : AL_BYTE_EOT;
-    docs d = {0};
+    docs d = {0}, grouped = {0};
     toks tk = {0};
+    size_t gfirst[AL_GROUPS_MAX + 1] = {0};
     int rc = 0;
-    for (int i = 0; i < ninputs && rc == 0; i++)
+    for (int i = 0; i < ninputs && rc == 0; i++) {
+        if (i < ng) gfirst[i] = d.count;
         rc = prep_input(&d, inputs[i], fmt, &stats->files, err);
+    }
+    gfirst[ng] = d.count;
     if (rc == 0 && d.count < 2)
         rc = al_errf(err, AL_EFORMAT, "data prep: found %zu documents in the inputs (need >= 2)",
                      d.count);
@@ -420,10 +529,6 @@ int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, 
     size_t *lens = rc == 0 ? malloc(d.count * sizeof(size_t)) : NULL;
     if (rc == 0 && (!is_val || !lens)) rc = al_errf(err, AL_ENOMEM, "data prep: out of memory");
     if (rc == 0) {
-        stats->bytes = d.n;
-        rc = o->bpe ? encode_bpe(&d, o, &tk, stats, err) : encode_bytes(&d, &tk, err);
-    }
-    if (rc == 0 && d.count >= 2) {
         al_rng r;
         al_rng_seed(&r, o->seed);
         size_t nval = 0;
@@ -440,10 +545,24 @@ int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, 
         stats->min_len = lens[0];
         stats->median_len = lens[d.count / 2];
         stats->max_len = lens[d.count - 1];
+        stats->bytes = d.n;
+    }
+    if (rc == 0 && ng) {
+        unsigned char *flags = NULL;
+        rc = balance_groups(&d, gfirst, ng, is_val, &grouped, &flags, &g, stats, err);
+        free(is_val);
+        is_val = flags;
+        docs t = d;
+        d = grouped;
+        grouped = t; /* freed below */
+    }
+    if (rc == 0) rc = o->bpe ? encode_bpe(&d, o, &tk, stats, err) : encode_bytes(&d, &tk, err);
+    if (rc == 0) {
         char path[4096];
         snprintf(path, sizeof path, "%s/train.bin", outdir);
         rc = write_split(&d, &tk, is_val, 0, vocab, eot, path, &stats->train_docs,
                          &stats->train_tokens, err);
+        if (rc == 0 && ng) rc = al_groups_write(&g, path, err);
         if (rc == 0) {
             snprintf(path, sizeof path, "%s/val.bin", outdir);
             rc = write_split(&d, &tk, is_val, 1, vocab, eot, path, &stats->val_docs,
@@ -452,8 +571,8 @@ int al_data_prep_ex(const char *const *inputs, int ninputs, al_text_format fmt, 
     }
     free(is_val);
     free(lens);
-    free(d.bytes);
-    free(d.start);
+    docs_free(&d);
+    docs_free(&grouped);
     free(tk.tok);
     free(tk.ts);
     return rc;

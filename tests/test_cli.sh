@@ -108,6 +108,21 @@ else
     echo "FAIL: data prep over links: expected 2 files, 5 documents: $out"
     fail=$((fail + 1))
 fi
+# --groups: each input a group (NAME=PATH, or PATH named by its last component), written
+# to train.groups (the sim's languages scenario); tests/test_groups.c checks the contents
+expect 1 "data prep --groups: input '=$tmp/in': expected NAME=PATH or PATH" -- data prep \
+    --format fortune --groups -o "$tmp/x" "=$tmp/in"
+expect 1 "group name 'a b' must be" -- data prep --format fortune --groups -o "$tmp/x" \
+    "a b=$tmp/in" "$tmp/lf"
+out=$("$bin" data prep --format fortune --groups -o "$tmp/grp" "one=$tmp/in" "$tmp/lf/" 2>&1)
+if [[ $out == *"train.groups: 2 groups"* ]] && grep -q "^one 0 " "$tmp/grp/train.groups" &&
+    grep -q "^lf " "$tmp/grp/train.groups"; then
+    echo "ok: data prep --groups: train.groups names 'one' and 'lf'"
+    pass=$((pass + 1))
+else
+    echo "FAIL: data prep --groups: $out; $(cat "$tmp/grp/train.groups" 2>&1)"
+    fail=$((fail + 1))
+fi
 # the device: one clear line without a usable GPU (or a CUDA build); with one, a short run
 expect 1 "device: 'gpu' is not one of cpu\|cuda" -- train "${common[@]}" --device gpu
 if "$bin" bench gpu --preset tiny --batch 1 --seq 8 --steps 1 >"$tmp/gpu.out" 2>&1; then

@@ -6,6 +6,7 @@
 #include "al_data.h"
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <string.h>
 
 int al_cli_tokcfg_arg(al_cli_tokcfg *c, char kind, const char *arg, al_err *err) {
@@ -43,7 +44,8 @@ int al_cli_load_bpe(const al_cli_tokcfg *c, al_bpe *t, al_err *err) {
 
 static void data_usage(FILE *f) {
     fprintf(f,
-            "usage: autoloco data prep --format fortune|text|jsonl -o OUTDIR [options] INPUT...\n\n"
+            "usage: autoloco data prep --format fortune|text|jsonl -o OUTDIR [options] INPUT...\n"
+            "       autoloco data prep --format F -o OUTDIR --groups [options] NAME=INPUT...\n\n"
             "Tokenize text into OUTDIR/train.bin, OUTDIR/val.bin (llm.c token format: uint16\n"
             "ids, the end-of-text token before every document and at the end) and their\n"
             ".idx document indexes. INPUT is a file or a folder of files (sorted; *.dat, *.u8\n"
@@ -61,8 +63,49 @@ static void data_usage(FILE *f) {
             "  --threads N       gpt2: encoding threads (default: all cores)\n"
             "  --val-frac X      fraction of documents for validation (default 0.05)\n"
             "  --seed N          seed of the split (default 1)\n"
+            "  --groups          each INPUT is one group (NAME=PATH, or PATH: named by its\n"
+            "                    last component), e.g. one language: train.bin holds the\n"
+            "                    groups' training documents group after group and\n"
+            "                    train.groups says where each starts (sim --scenario\n"
+            "                    languages: site m trains on group m); val.bin mixes the\n"
+            "                    groups with the same bytes of text from each (the\n"
+            "                    smallest group's validation bytes; a group's last piece\n"
+            "                    cut at a UTF-8 character boundary), interleaved\n"
             "  -c FILE.ini       configuration ([data] tokenizer_dir)\n"
             "  --set S.K=V       override a key, e.g. --set data.tokenizer_dir=DIR\n");
+}
+
+/* --groups: INPUT is NAME=PATH, or PATH named by its last component. */
+static int group_inputs(char **in, int n, const char **paths, char (*names)[AL_GROUP_NAME_MAX],
+                        const char **namep, al_err *err) {
+    if (n > AL_GROUPS_MAX)
+        return al_errf(err, AL_EINVAL, "data prep --groups: %d inputs, at most %d groups", n,
+                       AL_GROUPS_MAX);
+    for (int k = 0; k < n; k++) {
+        const char *eq = strchr(in[k], '='), *name = in[k];
+        size_t len;
+        if (eq) {
+            paths[k] = eq + 1;
+            len = (size_t)(eq - in[k]);
+        } else {
+            paths[k] = in[k];
+            size_t end = strlen(in[k]);
+            while (end > 1 && in[k][end - 1] == '/') end--;
+            size_t b = end;
+            while (b > 0 && in[k][b - 1] != '/') b--;
+            name = in[k] + b;
+            len = end - b;
+        }
+        if (len == 0 || len >= AL_GROUP_NAME_MAX || !*paths[k])
+            return al_errf(err, AL_EINVAL,
+                           "data prep --groups: input '%s': expected NAME=PATH or PATH, NAME 1 "
+                           "to %d characters",
+                           in[k], AL_GROUP_NAME_MAX - 1);
+        memcpy(names[k], name, len);
+        names[k][len] = '\0';
+        namep[k] = names[k];
+    }
+    return 0;
 }
 
 static void progress(void *ctx, size_t done, size_t total, double s) {
@@ -90,8 +133,10 @@ int al_cmd_data(int argc, char **argv, al_err *err) {
                                          {"threads", required_argument, 0, 'T'},
                                          {"config", required_argument, 0, 'c'},
                                          {"set", required_argument, 0, 'S'},
+                                         {"groups", no_argument, 0, 'g'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    bool groups = false;
     const char *format = NULL, *out = NULL, *tokenizer = "bytes";
     double val_frac = 0.05;
     long seed = 1, threads = 0;
@@ -122,6 +167,9 @@ int al_cmd_data(int argc, char **argv, al_err *err) {
         case 'S':
             rc = al_cli_tokcfg_arg(&tc, ch == 'c' ? 'c' : 's', optarg, err);
             break;
+        case 'g':
+            groups = true;
+            break;
         case 'h':
             data_usage(stdout);
             return 0;
@@ -143,9 +191,23 @@ int al_cmd_data(int argc, char **argv, al_err *err) {
                        tokenizer);
     al_bpe bpe = {0};
     if (gpt2 && (rc = al_cli_load_bpe(&tc, &bpe, err))) return al_err_prefix(err, "data prep");
-    al_prep_opts o = {val_frac, (uint64_t)seed, gpt2 ? &bpe : NULL, (int)threads, progress, NULL};
+    int nin = argc - optind;
+    const char *paths[AL_GROUPS_MAX];
+    char names[AL_GROUPS_MAX][AL_GROUP_NAME_MAX];
+    const char *namep[AL_GROUPS_MAX];
+    if (groups && (rc = group_inputs(argv + optind, nin, paths, names, namep, err))) {
+        al_bpe_free(&bpe);
+        return rc;
+    }
+    al_prep_opts o = {.val_frac = val_frac,
+                      .seed = (uint64_t)seed,
+                      .bpe = gpt2 ? &bpe : NULL,
+                      .threads = (int)threads,
+                      .progress = progress,
+                      .group_names = groups ? namep : NULL};
     al_prep_stats s;
-    rc = al_data_prep_ex((const char *const *)argv + optind, argc - optind, fmt, out, &o, &s, err);
+    rc = al_data_prep_ex(groups ? paths : (const char *const *)argv + optind, nin, fmt, out, &o, &s,
+                         err);
     al_bpe_free(&bpe);
     if (rc) return rc;
     printf("data prep: %zu files, %zu documents (bytes: min %zu, median %zu, max %zu)\n", s.files,
@@ -160,5 +222,10 @@ int al_cmd_data(int argc, char **argv, al_err *err) {
                    : 0.0);
     printf("  %s/train.bin: %zu documents, %zu tokens\n", out, s.train_docs, s.train_tokens);
     printf("  %s/val.bin:   %zu documents, %zu tokens\n", out, s.val_docs, s.val_tokens);
+    for (int k = 0; k < s.ngroups; k++)
+        printf("  group %-8s train %zu documents (%zu bytes), val %zu bytes in %zu pieces%s\n",
+               namep[k], s.group[k].train_docs, s.group[k].train_bytes, s.group[k].val_bytes,
+               s.group[k].val_docs, s.group[k].val_cut ? " (the last one cut)" : "");
+    if (s.ngroups) printf("  %s/train.groups: %d groups\n", out, s.ngroups);
     return 0;
 }
