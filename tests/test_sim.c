@@ -420,6 +420,84 @@ static void test_scenarios(void **state) {
     assert_int_equal(sc, AL_SIM_SHIFT);
 }
 
+/* languages: site m trains on group m of the train file's groups (data prep
+ * --groups) and nothing else. Groups cut where noniid cuts give noniid's run
+ * bit for bit (the shards are exactly the groups' documents); uneven groups
+ * give site m [first[m], first[m + 1]) and another run; the record names the
+ * groups. Refused: no groups, a group count other than the sites, groups
+ * that do not cover the train file. */
+static void test_languages(void **state) {
+    (void)state;
+    al_groups g = {.n = 3};
+    snprintf(g.path, sizeof g.path, "train.groups");
+    const char *names[] = {"en", "de", "es"};
+    size_t D = g_train.ndocs;
+    for (int m = 0; m < 3; m++) {
+        snprintf(g.name[m], sizeof g.name[m], "%s", names[m]);
+        g.first[m] = D * (size_t)m / 3;
+    }
+    g.first[3] = D;
+    al_sim_opts o;
+    al_policy *p;
+    al_sim_result r;
+    al_err err = {0};
+    char hash[3][65];
+    for (int i = 0; i < 3; i++) {
+        if (i == 2) g.first[1] = 20, g.first[2] = D - 30; /* uneven: 20, D - 50, 30 */
+        opts_for(&o, &p, "fixed", 3, 48, 10);
+        o.scenario = i == 0 ? AL_SIM_NONIID : AL_SIM_LANGUAGES;
+        o.groups = &g;
+        for (int m = 0; m < 3; m++) {
+            size_t a, b;
+            assert_int_equal(al_sim_site_docs(&o, &g_train, m, &a, &b, &err), 0);
+            if (i == 0) {
+                assert_int_equal(a, D * (size_t)m / 3);
+                assert_int_equal(b, D * (size_t)(m + 1) / 3);
+            } else {
+                assert_int_equal(a, g.first[m]);
+                assert_int_equal(b, g.first[m + 1]);
+            }
+        }
+        run_ok(&o, &r);
+        memcpy(hash[i], r.hash, sizeof r.hash);
+        char *js = al_sim_result_json(&o, &r);
+        json_t *j = json_loads(js, 0, NULL);
+        json_t *gj = json_object_get(j, "groups");
+        if (i == 0)
+            assert_null(gj);
+        else {
+            assert_string_equal(json_string_value(json_object_get(j, "scenario")), "languages");
+            assert_int_equal(json_array_size(gj), 3);
+            assert_string_equal(json_string_value(json_array_get(gj, 1)), "de");
+        }
+        json_decref(j);
+        free(js);
+        al_sim_result_free(&r);
+        al_policy_free(p);
+    }
+    assert_string_equal(hash[1], hash[0]);
+    assert_string_not_equal(hash[2], hash[0]);
+
+    opts_for(&o, &p, "fixed", 3, 48, 10);
+    o.scenario = AL_SIM_LANGUAGES;
+    assert_int_equal(al_sim_run(&o, &g_train, &g_val, &r, &err), AL_EINVAL);
+    assert_non_null(strstr(err.msg, "needs the train file's groups"));
+    o.groups = &g;
+    o.sites = 2;
+    assert_int_equal(al_sim_run(&o, &g_train, &g_val, &r, &err), AL_EMISMATCH);
+    assert_non_null(strstr(err.msg, "has 3 groups but there are 2 sites"));
+    o.sites = 3;
+    g.first[3] = D - 1;
+    assert_int_equal(al_sim_run(&o, &g_train, &g_val, &r, &err), AL_EMISMATCH);
+    assert_non_null(strstr(err.msg, "does not belong"));
+    size_t a, b;
+    assert_int_equal(al_sim_site_docs(&o, &g_train, 3, &a, &b, &err), AL_EINVAL);
+    al_policy_free(p);
+    al_sim_scenario sc;
+    assert_int_equal(al_sim_scenario_parse("languages", &sc, &err), 0);
+    assert_int_equal(sc, AL_SIM_LANGUAGES);
+}
+
 /* The bandwidth floor in the sim: on a slow modelled link (1 Mbit/s, 0 RTT)
  * every round after the first carries comm_s > 0, so with max_comm_fraction 0.5 the
  * policy's H rises to at least the floor the round's statistics imply; the
@@ -706,6 +784,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_scenarios),
+        cmocka_unit_test(test_languages),
         cmocka_unit_test(test_sim_comm_floor),
         cmocka_unit_test(test_hash_each_round),
         cmocka_unit_test(test_fixed_none_is_diloco),

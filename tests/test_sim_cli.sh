@@ -80,6 +80,26 @@ else
     echo "FAIL: sim overlap_steps=sync: $out"
     fail=$((fail + 1))
 fi
+# the languages scenario: the train file's groups (data prep --groups), one site per group
+expect "scenario languages: \[data\] train .*train.bin has no groups file .*train.groups: prepare it with .autoloco data prep --groups" \
+    "${d[@]}" --scenario languages
+mkdir -p "$tmp/de"
+for i in $(seq 1 120); do
+    printf 'Grüße %d aus Köln, schöne Straße\n%%\n' "$i"
+done >"$tmp/de/fort"
+"$bin" data prep --format fortune --groups -o "$tmp/lang" en="$tmp/in" de="$tmp/de" >/dev/null || exit 1
+l=(--set data.train="$tmp/lang/train.bin" --set data.val="$tmp/lang/val.bin")
+expect "scenario languages: .*train.groups has 2 groups but \[sim\] sites = 3 \(one site per group: --sites 2\)" \
+    "${l[@]}" --scenario languages --sites 3
+out=$("$bin" sim "${l[@]}" --scenario languages --sites 2 --steps 16 --set policy.h_base=8 --json)
+last=$(tail -n 1 <<<"$out")
+if python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["scenario"]=="languages" and d["groups"]==["en","de"] and d["syncs"]==2' "$last"; then
+    echo "ok: sim --scenario languages: $(head -c 160 <<<"$last")..."
+    pass=$((pass + 1))
+else
+    echo "FAIL: sim --scenario languages: $out"
+    fail=$((fail + 1))
+fi
 # the keys only sim reads: train and agent refuse them, naming the key (issue 36)
 for kv in sim.sites=2 wan.rtt_ms=10 outer.stream_eager=false; do
     err=$("$bin" train --set "$kv" --steps 1 2>&1 >/dev/null)

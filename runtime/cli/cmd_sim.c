@@ -221,7 +221,9 @@ static void sim_usage(FILE *f) {
         "  --seed N, --sites M, --steps N, --threads N\n"
         "  --scenario S         iid | noniid (sites on disjoint runs of documents, i.e.\n"
         "                       groups of fortune files) | shift (iid, then noniid from\n"
-        "                       [sim] shift_at of the steps, default 0.5)\n"
+        "                       [sim] shift_at of the steps, default 0.5) | languages\n"
+        "                       (site m on group m of [data] train's groups file, written\n"
+        "                       by data prep --groups: tools/setup's data/languages/)\n"
         "  --noniid / --iid     = --scenario noniid / iid\n"
         "  --codec NAME         fp32 | bf16 | int8 | int4, optionally +zstd: the agent's\n"
         "                       codec, shard by shard (= --set outer.codec=)\n"
@@ -248,11 +250,13 @@ static void sim_usage(FILE *f) {
 
 /* One run over loaded data; prints the header line unless quiet. */
 static int run_one(const al_config *c, const simflags *fl, const al_tokens *train,
-                   const al_tokens *val, FILE *jl, bool quiet, al_sim_result *r, al_err *err) {
+                   const al_tokens *val, const al_groups *groups, FILE *jl, bool quiet,
+                   al_sim_result *r, al_err *err) {
     al_sim_opts o;
     al_policy *pol = NULL;
     int rc = sim_opts_from(c, &o, &pol, err);
     if (rc) goto out;
+    o.groups = groups;
     al_threads_set((int)(c->inner_threads > 0 ? c->inner_threads : 1));
     o.ddp = fl->ddp;
     o.jsonl = jl;
@@ -347,7 +351,7 @@ static void verdict(char *out, size_t cap, long n, double d, double y, double sa
 }
 
 static int compare(int argc, char **argv, const simflags *fl0, const al_tokens *train,
-                   const al_tokens *val, al_err *err) {
+                   const al_tokens *val, const al_groups *groups, al_err *err) {
     long n = fl0->seeds ? fl0->seeds : 3, seed0;
     double *loss = calloc((size_t)(2 * n), sizeof *loss), *syncs = calloc((size_t)(2 * n), 8);
     int rc = loss && syncs ? 0 : al_errf(err, AL_ENOMEM, "sim: out of memory");
@@ -374,7 +378,7 @@ static int compare(int argc, char **argv, const simflags *fl0, const al_tokens *
         if ((rc = parse_args(&c, &fl, argc, argv, err)) == 0 &&
             (rc = apply_spec(&c, fl0->cmp[side], err)) == 0 &&
             (rc = al_config_set(&c, "inner", "seed", sv, err)) == 0 &&
-            (rc = run_one(&c, &fl, train, val, NULL, true, &r, err)) == 0) {
+            (rc = run_one(&c, &fl, train, val, groups, NULL, true, &r, err)) == 0) {
             loss[i] = r.final_eval_loss;
             syncs[i] = (double)r.syncs;
             printf("[%ld/%ld] seed %ld %c (%s): final eval loss %.6f, syncs %ld, theta %.16s, "
@@ -427,11 +431,34 @@ static int compare(int argc, char **argv, const simflags *fl0, const al_tokens *
     return rc;
 }
 
+/* The languages scenario: the train file's groups (site m on group m), one
+ * per site. */
+static int load_groups(const al_config *c, const al_tokens *train, al_groups *g, al_err *err) {
+    int rc = al_groups_load(g, c->data_train, err);
+    if (rc == AL_ENOTFOUND)
+        return al_errf(err, rc,
+                       "[sim] scenario languages: [data] train %s has no groups file %s: "
+                       "prepare it with `autoloco data prep --groups` (tools/setup writes "
+                       "data/languages/: --set data.train=data/languages/train.bin --set "
+                       "data.val=data/languages/val.bin)",
+                       c->data_train, g->path);
+    if (rc == 0 && g->n != c->sim_sites)
+        rc = al_errf(err, AL_EMISMATCH,
+                     "[sim] scenario languages: %s has %d groups but [sim] sites = %ld (one site "
+                     "per group: --sites %d)",
+                     g->path, g->n, c->sim_sites, g->n);
+    if (rc == 0) rc = al_groups_check(g, train, err);
+    if (rc) g->n = 0;
+    return rc;
+}
+
 int al_cmd_sim(int argc, char **argv, al_err *err) {
     al_config c;
     simflags fl = {0};
     al_tokens train = {0}, val = {0};
     FILE *jl = NULL;
+    al_groups *groups = calloc(1, sizeof *groups); /* ~2 KB: not on the stack */
+    if (!groups) return al_errf(err, AL_ENOMEM, "sim: out of memory");
     int rc = parse_args(&c, &fl, argc, argv, err);
     if (rc) goto out;
     if (fl.cmp[0] && (fl.ddp || fl.jsonl)) {
@@ -461,9 +488,12 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
     }
     if ((rc = al_tokens_load(&train, c.data_train, err))) goto out;
     if (c.data_val[0] && (rc = al_tokens_load(&val, c.data_val, err))) goto out;
+    if (!strcmp(c.sim_scenario, "languages") && (rc = load_groups(&c, &train, groups, err)))
+        goto out;
     const al_tokens *v = val.tok ? &val : NULL;
+    const al_groups *g = groups->n ? groups : NULL;
     if (fl.cmp[0]) {
-        rc = compare(argc, argv, &fl, &train, v, err);
+        rc = compare(argc, argv, &fl, &train, v, g, err);
         goto out;
     }
     if (fl.jsonl && !(jl = fopen(fl.jsonl, "w"))) {
@@ -471,9 +501,10 @@ int al_cmd_sim(int argc, char **argv, al_err *err) {
         goto out;
     }
     al_sim_result r;
-    if ((rc = run_one(&c, &fl, &train, v, jl, false, &r, err))) goto out;
+    if ((rc = run_one(&c, &fl, &train, v, g, jl, false, &r, err))) goto out;
     al_sim_result_free(&r);
 out:
+    free(groups);
     if (jl) fclose(jl);
     al_tokens_free(&train);
     al_tokens_free(&val);

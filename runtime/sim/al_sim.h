@@ -55,10 +55,20 @@ typedef enum { AL_SIM_PROGRESS_LR = 0, AL_SIM_PROGRESS_STEPS = 1 } al_sim_progre
  *           are in file order, so: disjoint groups of fortune files = topics);
  *   SHIFT:  IID until inner step ⌊shift_at·steps⌋, then each site on its
  *           non-IID run: the data changes mid-run, at the same step on every
- *           site (inside an interval if a round straddles it). */
-typedef enum { AL_SIM_IID = 0, AL_SIM_NONIID = 1, AL_SIM_SHIFT = 2 } al_sim_scenario;
+ *           site (inside an interval if a round straddles it);
+ *   LANGUAGES: site m on group m of the train file's groups (al_groups,
+ *           `data prep --groups`: one language each; data whose region it
+ *           may not leave), one group per site. The validation file is the
+ *           groups' mix (data prep gives each the same bytes). */
+typedef enum {
+    AL_SIM_IID = 0,
+    AL_SIM_NONIID = 1,
+    AL_SIM_SHIFT = 2,
+    AL_SIM_LANGUAGES = 3
+} al_sim_scenario;
 
-/* "iid", "noniid", "shift"; and back (AL_ENOTFOUND naming the known ones). */
+/* "iid", "noniid", "shift", "languages"; and back (AL_ENOTFOUND naming the
+ * known ones). */
 const char *al_sim_scenario_name(al_sim_scenario s);
 int al_sim_scenario_parse(const char *name, al_sim_scenario *out, al_err *err);
 
@@ -69,9 +79,10 @@ typedef struct al_sim_opts {
     al_train_opts train; /* per site; .steps = the inner-step budget, .seed = init and data */
     int sites;           /* M >= 1 */
     al_sim_scenario scenario;
-    double shift_at;    /* SHIFT: the fraction of the steps after which sites change data */
-    bool ddp;           /* reference: one model, gradients averaged every step */
-    al_outer_cfg outer; /* .s_ref 0: h_base·lr (LR) or h_base (STEPS) */
+    double shift_at;         /* SHIFT: the fraction of the steps after which sites change data */
+    const al_groups *groups; /* LANGUAGES: the train file's groups (n = sites); not owned */
+    bool ddp;                /* reference: one model, gradients averaged every step */
+    al_outer_cfg outer;      /* .s_ref 0: h_base·lr (LR) or h_base (STEPS) */
     al_sim_progress progress;
     al_policy *policy;  /* configured, not started (the sim starts it); not owned. Unused by ddp */
     al_codec_cfg codec; /* the pseudo-gradients' codec, as the agent's [outer] codec */
@@ -130,6 +141,13 @@ typedef struct al_sim_result {
 } al_sim_result;
 
 void al_sim_result_free(al_sim_result *r);
+
+/* The documents [*first, *end) of `train` that site m starts on in o's
+ * scenario (IID: all of them; NONIID and SHIFT's second half: the m-th of
+ * `sites` runs; LANGUAGES: group m). AL_EINVAL for a site out of range or an
+ * empty run, AL_EMISMATCH for groups that do not fit the sites or the file. */
+int al_sim_site_docs(const al_sim_opts *o, const al_tokens *train, int m, size_t *first,
+                     size_t *end, al_err *err);
 
 /* Run a simulation over loaded token files (val: for the eval loss). */
 int al_sim_run(const al_sim_opts *o, const al_tokens *train, const al_tokens *val,

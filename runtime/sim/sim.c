@@ -32,7 +32,7 @@ void al_sim_opts_default(al_sim_opts *o) {
     o->stream_eager = true;
 }
 
-static const char *const scenario_names[] = {"iid", "noniid", "shift"};
+static const char *const scenario_names[] = {"iid", "noniid", "shift", "languages"};
 
 const char *al_sim_scenario_name(al_sim_scenario s) {
     return (unsigned)s < AL_ARRAY_LEN(scenario_names) ? scenario_names[s] : "?";
@@ -44,8 +44,8 @@ int al_sim_scenario_parse(const char *name, al_sim_scenario *out, al_err *err) {
             *out = (al_sim_scenario)i;
             return 0;
         }
-    return al_errf(err, AL_ENOTFOUND, "sim: unknown scenario '%s' (known: iid, noniid, shift)",
-                   name);
+    return al_errf(err, AL_ENOTFOUND,
+                   "sim: unknown scenario '%s' (known: iid, noniid, shift, languages)", name);
 }
 
 double al_sim_project(double compute_s, long syncs, double bytes_per_site, double bandwidth_bps,
@@ -68,17 +68,51 @@ void al_sim_result_free(al_sim_result *r) {
 
 /* ---- data shards ------------------------------------------------------------------------ */
 
-/* Site m of M, non-IID: documents [m·D/M, (m+1)·D/M) of the split, copied with
- * their boundaries rebased. data prep keeps documents in (sorted) file order,
- * so each site gets its own group of fortune files (a file may straddle the
- * cut between two sites). */
-static int shard_docs(al_tokens *out, const al_tokens *all, int m, int sites, al_err *err) {
-    memset(out, 0, sizeof *out);
-    size_t a = all->ndocs * (size_t)m / (size_t)sites;
-    size_t b = all->ndocs * (size_t)(m + 1) / (size_t)sites;
-    if (b - a < 1)
+int al_sim_site_docs(const al_sim_opts *o, const al_tokens *train, int m, size_t *first,
+                     size_t *end, al_err *err) {
+    int M = o->sites;
+    if (m < 0 || m >= M) return al_errf(err, AL_EINVAL, "sim: site %d not in [0, %d)", m, M);
+    if (o->scenario == AL_SIM_IID) {
+        *first = 0;
+        *end = train->ndocs;
+        return 0;
+    }
+    if (o->scenario == AL_SIM_LANGUAGES) {
+        const al_groups *g = o->groups;
+        if (!g)
+            return al_errf(err, AL_EINVAL,
+                           "sim: scenario languages needs the train file's groups (data prep "
+                           "--groups)");
+        if (g->n != M)
+            return al_errf(err, AL_EMISMATCH,
+                           "sim: scenario languages: %s has %d groups but there are %d sites (one "
+                           "site per group: --sites %d)",
+                           g->path, g->n, M, g->n);
+        int rc = al_groups_check(g, train, err);
+        if (rc) return rc;
+        *first = g->first[m];
+        *end = g->first[m + 1];
+        return 0;
+    }
+    /* the m-th of M contiguous runs: data prep keeps documents in (sorted)
+     * file order, so each site gets its own group of fortune files (a file
+     * may straddle the cut between two sites) */
+    *first = train->ndocs * (size_t)m / (size_t)M;
+    *end = train->ndocs * (size_t)(m + 1) / (size_t)M;
+    if (*end - *first < 1)
         return al_errf(err, AL_EINVAL, "sim: %zu documents cannot be split over %d sites",
-                       all->ndocs, sites);
+                       train->ndocs, M);
+    return 0;
+}
+
+/* Site m's own documents (al_sim_site_docs), copied with their boundaries
+ * rebased. */
+static int shard_docs(al_tokens *out, const al_sim_opts *o, const al_tokens *all, int m,
+                      al_err *err) {
+    memset(out, 0, sizeof *out);
+    size_t a, b;
+    int rc = al_sim_site_docs(o, all, m, &a, &b, err);
+    if (rc) return rc;
     /* tokens from document a's EOT through document b's EOT (the last target) */
     size_t t0 = all->doc[a], t1 = all->doc[b] + 1;
     out->n = t1 - t0;
@@ -93,7 +127,11 @@ static int shard_docs(al_tokens *out, const al_tokens *all, int m, int sites, al
     for (size_t k = 0; k <= out->ndocs; k++) out->doc[k] = all->doc[a + k] - t0;
     out->vocab = all->vocab;
     out->eot = all->eot;
-    snprintf(out->path, sizeof out->path, "%.480s[site %d]", all->path, m);
+    if (o->scenario == AL_SIM_LANGUAGES)
+        snprintf(out->path, sizeof out->path, "%.440s[site %d: %s]", all->path, m,
+                 o->groups->name[m]);
+    else
+        snprintf(out->path, sizeof out->path, "%.480s[site %d]", all->path, m);
     return 0;
 }
 
@@ -131,7 +169,8 @@ static void sim_free(sim *s) {
 
 /* The data site m starts on. */
 static const al_tokens *site_data(const sim *s, const al_tokens *train, int m) {
-    return s->o->scenario == AL_SIM_NONIID ? &s->shard[m] : train;
+    return s->o->scenario == AL_SIM_NONIID || s->o->scenario == AL_SIM_LANGUAGES ? &s->shard[m]
+                                                                                 : train;
 }
 
 /* SHIFT: at the start of inner step `step`, site m's loader `ld` moves to its
@@ -510,7 +549,7 @@ static int sim_init(sim *s, const al_sim_opts *o, const al_tokens *train, const 
         return al_errf(err, AL_EINVAL, "sim: shift_at = %g not in [0, 1]", o->shift_at);
     s->shift_step = (long)floor(o->shift_at * (double)o->train.steps);
     if (o->scenario != AL_SIM_IID)
-        for (int m = 0; m < M && rc == 0; m++) rc = shard_docs(&s->shard[m], train, m, M, err);
+        for (int m = 0; m < M && rc == 0; m++) rc = shard_docs(&s->shard[m], o, train, m, err);
     if (rc == 0 && o->scenario == AL_SIM_SHIFT) {
         if (!(s->late = calloc((size_t)M, sizeof *s->late)))
             return al_errf(err, AL_ENOMEM, "sim: out of memory");
@@ -618,6 +657,12 @@ char *al_sim_result_json(const al_sim_opts *o, const al_sim_result *r) {
     json_object_set_new(j, "preset", json_string(o->model.preset));
     json_object_set_new(j, "scenario", json_string(al_sim_scenario_name(o->scenario)));
     if (o->scenario == AL_SIM_SHIFT) json_object_set_new(j, "shift_at", json_real(o->shift_at));
+    if (o->scenario == AL_SIM_LANGUAGES && o->groups) { /* site m's group */
+        json_t *g = json_array();
+        for (int m = 0; m < o->groups->n; m++)
+            json_array_append_new(g, json_string(o->groups->name[m]));
+        json_object_set_new(j, "groups", g);
+    }
     json_object_set_new(j, "sites", json_integer(o->sites));
     json_object_set_new(j, "iid", json_boolean(o->scenario == AL_SIM_IID));
     json_object_set_new(j, "seed", json_integer((json_int_t)o->train.seed));

@@ -128,9 +128,10 @@
     X(round, peer_timeout_s, DBL, 5.0, 0.1, 3600, "s", "a",                                        \
       "a peer that answers no heartbeat for this long is down: rounds stop waiting for it")        \
     X(sim, sites, INT, 4, 1, 256, "sites", "s", "simulated sites M")                               \
-    X(sim, scenario, STR, "iid", "iid|noniid|shift", 0, "", "s",                                   \
+    X(sim, scenario, STR, "iid", "iid|noniid|shift|languages", 0, "", "s",                         \
       "the sites' data: iid (each the whole train split, own order), noniid (site m the m-th "     \
-      "contiguous run of documents), shift (iid, then noniid from shift_at)")                      \
+      "contiguous run of documents), shift (iid, then noniid from shift_at), languages (site m "   \
+      "group m of [data] train's groups file: data prep --groups)")                                \
     X(sim, shift_at, DBL, 0.5, 0, 1, "fraction of [inner] steps", "s",                             \
       "scenario = shift: when the sites change to their own data")                                 \
     X(sim, eval_every, INT, 0, 0, 1L << 30, "rounds", "s",                                         \
