@@ -220,7 +220,7 @@ check("a constant schedule is the corrected fixed H",
 # Stand-in binaries in Python: the calls go to a log; syncs and loss follow from the
 # arguments (a schedule's syncs over the three stages; loss lower with more syncs, the
 # first stage's syncs worth more, DiLoCo a little worse).
-FAKE = r"""#!/usr/bin/env python3
+FAKE = r"""#!PYTHON -S
 import json, math, sys
 a = sys.argv[1:]
 open(LOG, "a").write(" ".join(a) + "\n")
@@ -250,7 +250,8 @@ print(json.dumps({"scenario": val("--scenario"), "preset": "demo", "policy": pol
 def fake_bin(tmp):
     path = os.path.join(tmp, "autoloco-fake")
     with open(path, "w") as f:
-        f.write(FAKE.replace("LOG", repr(os.path.join(tmp, "calls"))))
+        f.write(FAKE.replace("LOG", repr(os.path.join(tmp, "calls"))).replace("PYTHON",
+                                                                              sys.executable))
     os.chmod(path, 0o755)
     return path
 
@@ -259,7 +260,7 @@ with tempfile.TemporaryDirectory() as tmp:
     fb = fake_bin(tmp)
     raw = os.path.join(tmp, "raw.jsonl")
     common = [sys.executable, SWEEP, "--bin", fb, "--raw", raw, "--out",
-              os.path.join(tmp, "r.md"), "--jobs", "2"]
+              os.path.join(tmp, "r.md"), "--jobs", "4"]
     # autoloco-h50 runs in iid only of iid, noniid; languages wants its data
     p = subprocess.run(common + ["--seeds", "101", "--scenarios", "iid,noniid", "--only",
                                  "autoloco-h50"], capture_output=True, text=True, cwd=tmp)
