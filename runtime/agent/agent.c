@@ -11,14 +11,24 @@
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-/* The agent's one global: a signal handler can reach nothing else. */
+/* The agent's globals: a signal handler can reach nothing else. The signal,
+ * and when it came (CLOCK_MONOTONIC, ms; clock_gettime and a lock-free
+ * atomic store are async-signal-safe): a stop is due one heartbeat later in
+ * every phase (ag_stop_due). */
 static volatile sig_atomic_t g_agent_stop = 0;
+static atomic_llong g_agent_stop_ms = 0;
 static void on_stop(int sig) {
+    if (!g_agent_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        atomic_store(&g_agent_stop_ms, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    }
     g_agent_stop = sig;
 }
 
@@ -157,7 +167,7 @@ static void parse_faults(agent *a) {
     const char *colon = fault && !strncmp(fault, "pause:", 6) ? strchr(fault + 6, ':') : NULL;
     if (colon && colon - (fault + 6) < (long)sizeof a->fault_pause) {
         memcpy(a->fault_pause, fault + 6, (size_t)(colon - (fault + 6)));
-        a->fault_pause_round = atol(colon + 1);
+        a->fault_pause_round = strcmp(colon + 1, "any") ? atol(colon + 1) : -2;
     }
 }
 
@@ -268,6 +278,7 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     a->t0 = al_now();
     a->cfg = c;
     a->stop = &g_agent_stop;
+    a->stop_ms = &g_agent_stop_ms;
     parse_faults(a);
     pthread_mutex_init(&a->mu, NULL);
     pthread_mutex_init(&a->ev_mu, NULL);
@@ -406,8 +417,10 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
             a->h = (long)h0;
         }
     }
+    /* SIGHUP (a dropped ssh session) stops the site as SIGTERM does, logged */
     signal(SIGINT, on_stop);
     signal(SIGTERM, on_stop);
+    signal(SIGHUP, on_stop);
     if (rc == 0) {
         ag_set_round(a, a->round);
         rc = ag_publish_state(a, err);
@@ -415,9 +428,20 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     double eval = NAN;
     if (rc == 0) rc = ag_drive(a, &eval, err);
     if (rc == 0 && g_agent_stop) {
-        al_logf(&a->log, AL_LOG_INFO, "site %s: signal %d, saving and stopping", c->site_name,
-                (int)g_agent_stop);
+        /* the last committed round (θ_global, its round and H) with this
+         * site's interval as it stands: trained in part (a stop cuts it) or
+         * whole, exchanged again after --resume */
+        int sig = (int)g_agent_stop;
+        double t_save = al_now();
         rc = ag_save(a, err);
+        char hx[65];
+        al_outer_hash(&a->outer, hx);
+        if (rc == 0)
+            al_logf(&a->log, AL_LOG_INFO,
+                    "site %s: %s: stopped: saved round %ld (theta %.12s), step %ld; %.2f s after "
+                    "the signal (save %.2f s)",
+                    c->site_name, ag_sig_name(sig), a->round, hx, a->step, ag_stop_age(a),
+                    al_now() - t_save);
     } else if (rc == 0) {
         rc = ag_save(a, err);
         if (rc == 0) write_summary(a, eval);
@@ -428,6 +452,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     teardown(a);
     free(a);
     return rc;

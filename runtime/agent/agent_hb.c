@@ -131,7 +131,17 @@ static void *hb_main(void *arg) {
             if (change) ag_event_at(a, change > 0 ? "up" : "down", a->name[i], r, step);
             if (change < 0) al_metrics_peer_up(&a->met, a->name[i], 0);
         }
-        double until = t0 + beat_s; /* the next beat, on the monotonic clock */
+        /* a stop is due (ag_stop_due): a call of the round still in flight
+         * (a push, a pull) ends now; the driver then saves and stops */
+        double age = ag_stop_age(a), until = t0 + beat_s; /* (the monotonic clock) */
+        if (age >= 0 && age >= beat_s) {
+            pthread_mutex_lock(&a->mu);
+            for (int i = 0; i < a->nsites; i++) al_client_cancel(a->cli[i]);
+            pthread_cond_broadcast(&a->cv);
+            pthread_mutex_unlock(&a->mu);
+        } else if (age >= 0) {
+            until = AL_MIN(until, al_now() + beat_s - age + 0.01); /* wake when it is due */
+        }
         pthread_mutex_lock(&a->mu);
         while (!a->hb_stop && !a->hb_kick && al_cond_wait_until(&a->hb_cv, &a->mu, until)) {
         }

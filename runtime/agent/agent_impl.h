@@ -27,6 +27,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -329,9 +330,14 @@ typedef struct agent {
                                   * hash chunk outside the round's fragment (streaming) */
     long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
                                   * the merge of round R's fragment starts from */
-    volatile sig_atomic_t *stop; /* the driver's stop flag (SIGINT/SIGTERM) */
+    volatile sig_atomic_t *stop; /* the driver's stop flag: the signal (SIGINT/SIGTERM/SIGHUP) */
+    atomic_llong *stop_ms;       /* ... and when it came (CLOCK_MONOTONIC ms; ag_stop_age) */
+    int stop_told;               /* the driver logged the stop */
+    int cut_ok;                  /* the driver's interval: a stop may cut it (do_train) */
+    int iv_cut;                  /* the last ag_interval_run stopped early (a stop) */
     /* AL_FAULT=pause:MOMENT:R: SIGSTOP at MOMENT of round R (train, exchange,
-     * vote, apply, ckpt; ag_fault_pause), for a test to SIGKILL every site there */
+     * vote, apply, ckpt, serve; ag_fault_pause; R = any: -2), for a test to SIGKILL every
+     * site there, or to stop a site there (tests/test_signals.sh) */
     char fault_pause[16];
     long fault_pause_round;
     /* robust aggregation: members of the committed round whose Δ was left out
@@ -383,6 +389,26 @@ static inline void ag_heard(agent *a, int i) {
     a->hb_seen[i] = al_now();
     a->down[i] = 0;
 }
+/* "SIGTERM" for the log lines of a stop. */
+static inline const char *ag_sig_name(int sig) {
+    return sig == SIGTERM  ? "SIGTERM"
+           : sig == SIGINT ? "SIGINT"
+           : sig == SIGHUP ? "SIGHUP"
+                           : "signal";
+}
+/* A stop (a signal) came this many seconds ago; -1: none. Any thread. */
+static inline double ag_stop_age(const agent *a) {
+    if (!a->stop || !*a->stop) return -1;
+    long long ms = a->stop_ms ? atomic_load(a->stop_ms) : 0;
+    return ms > 0 ? AL_MAX(0.0, al_now() - 1e-3 * (double)ms) : 0.0;
+}
+/* A stop is due: the round in progress had its one heartbeat to commit since
+ * the signal; whatever still waits (peers, a pull, an exchange) gives up and
+ * the site saves its last committed state. Any thread. */
+static inline int ag_stop_due(const agent *a) {
+    double age = ag_stop_age(a);
+    return age >= 0 && age >= a->cfg->round_heartbeat_s;
+}
 /* Is peer i down (no heartbeat answered for peer_timeout_s)? Under a->mu. */
 static inline int ag_down(const agent *a, int i) {
     return a->down[i];
@@ -391,7 +417,10 @@ static inline int ag_down(const agent *a, int i) {
 /* Test hook AL_FAULT=pause:MOMENT:R: at MOMENT of round R, say so and stop
  * (SIGSTOP) so that a test can kill every site there at the same instant. */
 static inline void ag_fault_pause(agent *a, const char *moment, long round) {
-    if (round != a->fault_pause_round || strcmp(moment, a->fault_pause) != 0) return;
+    /* (pause:serve:any: a state served to a joiner, THETA part, in any round) */
+    if ((round != a->fault_pause_round && a->fault_pause_round != -2) ||
+        strcmp(moment, a->fault_pause) != 0)
+        return;
     al_logf(&a->log, AL_LOG_INFO, "site %s: fault: paused at %s of round %ld", a->name[a->self],
             moment, round);
     fflush(NULL);

@@ -183,6 +183,7 @@ static void snapshot_free(ag_snapshot *sn) {
 static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **data, uint64_t *len,
                     void **ref, char *why, size_t n) {
     agent *a = u;
+    if (part == AL_STATE_THETA) ag_fault_pause(a, "serve", -1); /* test hook: a pull in flight */
     pthread_mutex_lock(&a->mu);
     int st = 0;
     ag_snapshot *sn = a->snap;
@@ -547,6 +548,9 @@ static int push_shard(agent *a, int peer, uint32_t phase, int k, uint64_t tag, s
     if (down)
         return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
                        a->name[peer]);
+    if (ag_stop_due(a)) /* a signal: the round had its heartbeat (agent_hb.c cancels later ones) */
+        return al_errf(err, AL_ETIMEOUT, "round %ld: stopping before the push to %s", a->round,
+                       a->name[peer]);
     int rc = al_client_push_shard(a->cli[peer], &m, a->cc.enc, err);
     /* A retried push whose first try did arrive (its reply was lost or late):
      * the peer holds this very shard -- the same sender, round, attempt and
@@ -606,6 +610,9 @@ static int wait_slots(agent *a, ag_slot (*slots)[AG_MAX_SITES], const int *mem, 
         if (missing < 0) return 0;
         *peer = missing;
         const char *why = NULL;
+        if (ag_stop_due(a)) /* a signal: the round had its heartbeat */
+            return al_errf(err, AL_ETIMEOUT, "round %ld: stopping: no %s from %s yet", a->round,
+                           what, a->name[missing]);
         if (ag_down(a, missing))
             return al_errf(err, AL_EPEER, "round %ld: %s is down (no heartbeat)", a->round,
                            a->name[missing]);
@@ -836,6 +843,8 @@ int ag_pull(agent *a, int i, al_err *err) {
     uint8_t *d = NULL;
     uint64_t n = 0;
     a->have_pulled = 0;
+    if (ag_stop_due(a)) /* a signal: no new pull (agent_hb.c cancels one in flight) */
+        return al_errf(err, AL_ETIMEOUT, "stopping: no pull from %s", a->name[i]);
     int rc = refresh_clients(a, err);
     if (rc == 0) rc = al_client_pull_state(a->cli[i], AL_STATE_META, 1 << 20, &d, &n, err);
     if (rc) return rc;

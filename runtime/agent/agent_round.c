@@ -172,9 +172,12 @@ static int do_train(agent *a, al_err *err) {
         if (a->overlap && !trained) memcpy(a->from, ag_theta_local(a), a->P * sizeof(float));
         a->bg_pending = a->bg_trained = 0;
         a->iv_h = h;
-        if (!a->sm.F)
+        if (!a->sm.F) {
+            a->cut_ok = 1;
             rc = ag_interval_run(a, a->round, h, &a->iv, &a->step, err);
-        else if (!trained) /* streaming: the span, and the merge it makes */
+            a->cut_ok = 0;
+            if (rc == 0 && a->iv_cut) return 0; /* a stop: saved as it stands (ag_drive) */
+        } else if (!trained)                    /* streaming: the span, and the merge it makes */
             rc = ag_span_run(a, a->round, &a->iv, &a->step, err);
         a->sm.pend_p = -1;
     }
@@ -799,24 +802,25 @@ int ag_drive(agent *a, double *eval, al_err *err) {
     }
     /* (an interval trained before a stop, not yet exchanged, is not the end) */
     if (a->step >= a->cfg->inner_steps && !a->bg_trained) check_finished(a);
-    double stop_by = 0;
     for (;;) {
         double now = al_now();
-        if (a->finished && (ag_peers_caught_up(a) || now > a->linger_until)) break;
+        /* a signal: the round in progress has one heartbeat to commit, in any
+         * phase (a wait for a peer that is down or frozen, no quorum, a pull,
+         * a linger); then the site stops where it stands (ag_stop_due) */
+        int due = ag_stop_due(a);
+        if (a->finished && (ag_peers_caught_up(a) || now > a->linger_until || due)) break;
         if (*a->stop && !a->finished) {
-            /* a signal: finish the round in progress with the peers, unless
-             * none is (joining, pulling, reloading) or it does not end */
-            /* (overlap: the deadline counts from the interval's end, as blocking;
-             * an interval ended on its thread counts as ended, joined or not:
-             * it is joined only when its round comes, which may be never) */
-            double t_end;
-            if (stop_by == 0 && ag_bg_finished(a, &t_end))
-                stop_by = now + 2 * a->cfg->round_deadline_s + a->cfg->round_peer_timeout_s;
+            if (!a->stop_told++)
+                al_logf(&a->log, AL_LOG_INFO,
+                        "site %s: %s: stopping (round %ld, %s); the round in progress has "
+                        "heartbeat_s = %g s to commit, then the last committed state is saved",
+                        a->name[a->self], ag_sig_name((int)*a->stop), a->round,
+                        al_round_phase_name(a->rm.phase), a->cfg->round_heartbeat_s);
+            /* nothing to finish: joining, pulling, reloading, or an interval
+             * not trained (a stop cuts it: saved as it stands) */
             al_round_phase ph = a->rm.phase;
-            if (ph == AL_PH_JOIN || ph == AL_PH_SYNC || ph == AL_PH_RELOAD ||
-                (stop_by > 0 && now > stop_by) ||
-                (ph == AL_PH_TRAIN && a->mine_round != a->round && a->iv.steps == 0 &&
-                 !a->bg_running))
+            if (due || ph == AL_PH_JOIN || ph == AL_PH_SYNC || ph == AL_PH_RELOAD ||
+                (ph == AL_PH_TRAIN && a->mine_round != a->round && !a->bg_running))
                 break;
         }
         if ((rc = ag_feed_inbox(a, err))) return rc;

@@ -83,21 +83,30 @@ void ag_local_from_global(agent *a) {
     if (a->workers > 1) a->odc.step = a->step;
 }
 
-/* A signal does not cut the interval short: the agent finishes the round with
- * its peers and stops at the round's end, so that sites stopped together stop
- * at the same round and resume bit-for-bit (stopping mid-interval let a peer
- * that had already reached the exchange drop this site and go on alone). */
+/* A signal cuts a blocking interval short (W = 1: after the step in progress;
+ * W > 1: the workers' stop word, every worker after the same step): a->iv_cut
+ * says so, the driver reports no INTERVAL_DONE, and the checkpoint holds the
+ * interval as it stands (its steps and sums, the trainer and data position),
+ * which a --resume finishes. Sites stopped together so stop in the same round
+ * and resume bit-for-bit; a site stopped alone is dropped by its peers after
+ * their deadline and rejoins by a pull, as after a restart. With [outer]
+ * overlap the interval runs to its end (ag_bg_settle keeps it). */
 int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, al_err *err) {
     long target = AL_MIN(h, a->cfg->inner_steps - (*step - iv->steps));
     int inline_faults = !a->overlap; /* with overlap, corrupt is the driver's (see above) */
+    /* (the thread's interval runs to its end; so do replays on --resume) */
+    int cut = a->cut_ok && !a->overlap;
+    a->iv_cut = 0;
     if (a->workers == 1) {
-        int told = 0;
         while (iv->steps < target && !a->bg_cancel) {
-            if (*a->stop && !told++)
+            if (cut && *a->stop) {
                 al_logf(&a->log, AL_LOG_INFO,
-                        "site %s: signal %d: finishing round %ld (%ld of %ld steps done), then "
-                        "saving",
-                        a->name[a->self], (int)*a->stop, round, iv->steps, target);
+                        "site %s: %s: round %ld's interval stops after %ld of %ld steps (saved "
+                        "as it stands; --resume trains the rest)",
+                        a->name[a->self], ag_sig_name((int)*a->stop), round, iv->steps, target);
+                a->iv_cut = 1;
+                break;
+            }
             if (round == a->fault_interval && iv->steps == target / 2) raise(SIGKILL);
             if (iv->steps == target / 2) ag_fault_pause(a, "train", round);
             if (inline_faults && round == a->fault_freeze && iv->steps == target / 2)
@@ -122,8 +131,18 @@ int ag_interval_run(agent *a, long round, long h, ag_interval *iv, long *step, a
     if (inline_faults && round == a->fault_corrupt) ag_corrupt(a);
     double t0 = al_now();
     long first = a->odc.step + 1, n = target - iv->steps;
+    a->odc.shm.stop = cut ? a->stop : NULL;
     int rc = al_odc_run(&a->odc, n, err);
+    a->odc.shm.stop = NULL;
     if (rc) return rc;
+    if (a->odc.step - (first - 1) < n) { /* the stop word: every worker after this step */
+        n = a->odc.step - (first - 1);
+        a->iv_cut = 1;
+        al_logf(&a->log, AL_LOG_INFO,
+                "site %s: %s: round %ld's interval stops after %ld of %ld steps (saved as it "
+                "stands; --resume trains the rest)",
+                a->name[a->self], ag_sig_name((int)*a->stop), round, iv->steps + n, target);
+    }
     for (long s = first; s < first + n; s++) {
         const al_odc_step_stats *st = al_odc_stats(&a->odc, s);
         if (!st) return al_errf(err, AL_EINVAL, "step %ld: statistics not recorded", s);
