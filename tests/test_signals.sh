@@ -20,7 +20,12 @@
 #               serving it (AL_FAULT=pause:serve:any)
 #   freeze      c frozen (SIGSTOP) until a and b finished the run, then SIGCONT
 #               and SIGTERM
-# AL_TEST_KEEP=1 keeps the folder.
+# And a freeze mid-run (issue 36): c stopped (SIGSTOP) for 20 s while a and b
+# go on, then SIGCONT: it rejoins (a pull, as a restart does) and the three
+# end on one theta; no log line repeats more than AL_LOG_BURST (3) times in 30
+# s without the logger's "(repeated N times in T s)" summary.
+# AL_TEST_PHASES="train rejoin" runs only those cases (train exchange vote
+# noquorum join sync freeze rejoin); AL_TEST_KEEP=1 keeps the folder.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/shell_lib.sh"
 al_test_start test-signals "${1:-}"
@@ -101,6 +106,7 @@ stopped() {
     return 1
 }
 now() { date +%s.%N; }
+want() { [[ -z ${AL_TEST_PHASES:-} || " $AL_TEST_PHASES " == *" $1 "* ]]; }
 
 # check PHASE DIR SITE T0 STATUS -- the site's stop: status 0, within the
 # bound, the saved round and theta its last commit's, on disk
@@ -161,6 +167,7 @@ EOF
 
 # ---- training, exchanging, voting: a paused at a moment of round 3 ---------------
 for moment in train exchange vote; do
+    want $moment || continue
     case $moment in train) phase=training ;; exchange) phase=exchanging ;; vote) phase=voting ;; esac
     dir=$moment
     conf $dir
@@ -183,14 +190,16 @@ for moment in train exchange vote; do
     done
     grep -h "stopping (round" $dir/*.log | sed 's/^/  /'
 done
-grep -q "SIGHUP: stopping" train/b.log && grep -q "SIGINT: stopping" train/c.log &&
+want train && { grep -q "SIGHUP: stopping" train/b.log && grep -q "SIGINT: stopping" train/c.log &&
     ok "SIGHUP and SIGINT are logged and stop a site as SIGTERM does" ||
     no "SIGHUP/SIGINT not logged: $(grep -h 'stopping' train/b.log train/c.log)"
 grep -q "round 3's interval stops after" train/a.log &&
     ok "training: a's interval was cut by the signal (saved as it stands)" ||
     no "training: a's interval was not cut: $(grep -h 'interval\|stopping' train/a.log | tail -n 2)"
+}
 
 # ---- no quorum: b and c killed ----------------------------------------------------
+if want noquorum; then
 dir=noquorum
 conf $dir
 start $dir a
@@ -203,8 +212,10 @@ t0=$(now)
 kill -TERM "$PID_a"
 await "$PID_a" 40
 check "no quorum" $dir a "$t0" $?
+fi
 
 # ---- joining: c alone ----------------------------------------------------------
+if want join; then
 dir=join
 conf $dir
 start $dir c
@@ -213,8 +224,10 @@ t0=$(now)
 kill -TERM "$PID_c"
 await "$PID_c" 40
 check "joining" $dir c "$t0" $?
+fi
 
 # ---- syncing: c pulls from a, which freezes serving it -----------------------------
+if want sync; then
 dir=sync
 conf $dir
 AL_FAULT=pause:serve:any start $dir a
@@ -233,8 +246,10 @@ else
 fi
 kill -KILL "$PID_a" "$PID_b" 2>/dev/null
 kill -CONT "$PID_a" "$PID_b" 2>/dev/null
+fi
 
 # ---- after a freeze: c frozen while a and b finish ---------------------------------
+if want freeze; then
 dir=freeze
 STEPS=300 conf $dir
 start $dir a
@@ -252,5 +267,60 @@ t0=$(now)
 kill -TERM "$PID_c"
 await "$PID_c" 40
 check "after a freeze" $dir c "$t0" $?
+fi
+
+# ---- a freeze mid-run: c stopped for 20 s, continued: it rejoins -------------------
+if want rejoin; then
+dir=rejoin
+STEPS=${AL_TEST_REJOIN_STEPS:-3000} conf $dir
+start $dir a
+start $dir b
+start $dir c
+wait_for $dir/c.log "| round 2 |" 60 || no "rejoin: no round 2"
+kill -STOP "$PID_c"
+sleep 20
+kill -CONT "$PID_c"
+st=0
+for s in a b c; do
+    eval "p=\$PID_$s"
+    await "$p" 600 || st=$?
+done
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
+back=$(sed -n 's/.*| round \([0-9]*\) | .*| sites 3 |.*/\1/p' $dir/c.log | tail -n 1)
+if [[ $st -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" ]] && grep -q "joined at round" $dir/c.log && ((${back:-0} > 3)); then
+    ok "rejoin: c frozen 20 s rejoined ($(grep -h 'joined at round' $dir/c.log | head -n 1 | sed 's/.*site c: //')) and committed with 3 sites up to round $back; all end on theta ${ha:0:12}"
+else
+    no "rejoin: status $st, theta a ${ha:0:12} b ${hb:0:12} c ${hc:0:12}, last 3-site round of c '$back': $(grep -h 'joined\|warn\|error' $dir/c.log | tail -n 4)"
+fi
+# no line more than 3 times in a 30-s window unsummarised (timestamps: UTC ms)
+if python3 - $dir/a.log $dir/b.log $dir/c.log <<'EOF'
+import collections, datetime, re, sys
+bad = []
+for f in sys.argv[1:]:
+    seen = collections.defaultdict(list)
+    for line in open(f):
+        m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z (.*)", line.rstrip("\n"))
+        if not m:
+            if line.startswith("["):
+                bad.append(f"{f}: no timestamp: {line.strip()}")
+            continue
+        t = datetime.datetime.fromisoformat(m[1]).timestamp()
+        if " (repeated " in m[2]:
+            continue
+        seen[m[2]].append(t)
+    for text, ts in seen.items():
+        for i in range(len(ts) - 3):
+            if ts[i + 3] - ts[i] < 30:
+                bad.append(f"{f}: {len(ts)} times: {text}")
+                break
+print("\n".join(bad[:6]))
+sys.exit(1 if bad else 0)
+EOF
+then
+    ok "rejoin: every log line has a timestamp; none repeats more than 3 times in 30 s unsummarised ($(cat $dir/*.log | grep -c 'repeated [0-9]* times') summaries)"
+else
+    no "rejoin: log lines repeat unsummarised (above)"
+fi
+fi
 
 al_test_end

@@ -79,7 +79,16 @@ typedef struct call_ctx {
     char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
     int counted;      /* this call is counted in peer->active (until its status is sent) */
     int control;      /* a heartbeat (Ping) or statistics: control traffic, in no count */
+    int stale;        /* its client gave up (its deadline passed, or it cancelled): no
+                       * refusal to log, only a debug line */
 } call_ctx;
+
+/* Has the client's deadline for this call passed? A call queued while this
+ * process was stopped (SIGSTOP) is served after its client gave up on it. */
+static int call_expired(const call_ctx *c) {
+    gpr_timespec d = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
+    return gpr_time_cmp(d, gpr_now(GPR_CLOCK_MONOTONIC)) < 0;
+}
 
 static void logf_(const al_server *s, al_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -100,12 +109,24 @@ static void logf_(const al_server *s, al_log_level lvl, const char *fmt, ...) {
 static int wait_op(call_ctx *c, intptr_t want) {
     int timed_out = 0;
     for (;;) {
+        /* never past the client's own deadline (+ 1 s): a call whose client
+         * gave up must not hold a worker, or one of the peer's per_peer_calls
+         * slots, until the idle timeout (after a SIGSTOP/SIGCONT the stale
+         * calls held both slots of each peer for [round] deadline_s, and the
+         * site back from the freeze refused every new call of its peers) */
         gpr_timespec until = tu_deadline(c->w->srv->cfg.idle_timeout_s);
+        gpr_timespec cd = gpr_time_add(gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC),
+                                       gpr_time_from_millis(1000, GPR_TIMESPAN));
+        int by_client = gpr_time_cmp(cd, until) < 0;
+        if (by_client) until = cd;
         grpc_event ev = grpc_completion_queue_next(c->w->cq, until, NULL);
         if (ev.type == GRPC_QUEUE_TIMEOUT) {
             /* cancel, then keep draining until the op we wait for completes */
             grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
-                                         "idle timeout: no progress from the client", NULL);
+                                         by_client ? "the client's deadline passed"
+                                                   : "idle timeout: no progress from the client",
+                                         NULL);
+            if (by_client) c->stale = 1;
             timed_out = 1;
             continue;
         }
@@ -167,7 +188,10 @@ static void finish(call_ctx *c, int st, const char *why) {
         atomic_fetch_sub(&c->peer->active, 1);
         c->counted = 0;
     }
-    if (st) {
+    if (st && c->stale) { /* nobody waits for the answer: not a refusal */
+        logf_(s, AL_LOG_DEBUG, "dropped a call of %s its client gave up on: %s",
+              c->cn[0] ? c->cn : "(unknown peer)", why);
+    } else if (st) {
         atomic_fetch_add(&s->refusals[st > 16 ? 2 : st], 1);
         logf_(s, AL_LOG_WARN, "refused %s: %s: %s", c->cn[0] ? c->cn : "(unknown peer)",
               al_status_name(st), why);
@@ -437,8 +461,11 @@ static int read_unary(call_ctx *c, const ProtobufCMessageDescriptor *desc, Proto
     grpc_slice sl;
     int r = read_msg(c, &sl);
     if (r <= 0) {
+        /* a call its client cancelled or gave up on (a stale call after a
+         * freeze) ends without a message: not the client's error */
+        if (c->cancelled || call_expired(c)) c->stale = 1;
         snprintf(why, WHY, r < 0 ? "stream broken" : "no request message");
-        return r < 0 ? AL_ST_CANCELLED : AL_ST_INVALID_ARGUMENT;
+        return r < 0 || c->stale ? AL_ST_CANCELLED : AL_ST_INVALID_ARGUMENT;
     }
     return unpack(&sl, desc, m, why, WHY);
 }
@@ -648,7 +675,11 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
     al_server *srv = w->srv;
     char why[WHY] = "";
     int st = AL_ST_OK;
-    if (!srv->cfg.insecure && !c.cn[0]) {
+    if (call_expired(&c)) { /* queued while we were stopped: its client gave up */
+        c.stale = 1;
+        snprintf(why, sizeof why, "its deadline passed before it was served");
+        st = AL_ST_DEADLINE_EXCEEDED;
+    } else if (!srv->cfg.insecure && !c.cn[0]) {
         snprintf(why, sizeof why, "%s", c.cn_why[0] ? c.cn_why : "identity: no site named");
         st = AL_ST_PERMISSION_DENIED;
     } else if (!srv->cfg.insecure && !c.peer) {

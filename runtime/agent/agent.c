@@ -312,7 +312,8 @@ static int start_workers(agent *a, al_err *err) {
 }
 
 static void teardown(agent *a) {
-    ag_bg_discard(a, 1); /* overlap: the training thread first (it may use the workers) */
+    al_log_flush(&a->log); /* the counts of lines the logger held back */
+    ag_bg_discard(a, 1);   /* overlap: the training thread first (it may use the workers) */
     ag_bg_quit(a);
     al_http_stop(a->http);
     ag_hb_stop(a);

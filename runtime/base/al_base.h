@@ -64,15 +64,38 @@ void al_err_clear(al_err *err);
 
 /* ---- logging ------------------------------------------------------------- */
 typedef enum { AL_LOG_DEBUG, AL_LOG_INFO, AL_LOG_WARN, AL_LOG_ERROR } al_log_level;
-/* Logs go to stderr with a level tag; below `min` they are dropped. The logger
- * is a value owned by whoever runs the program (no global state). */
+/* Logs go to stderr, one line each: an ISO-8601 UTC timestamp to the
+ * millisecond, a level tag, the message ("2026-01-31T12:00:00.123Z [info] ...");
+ * below `min` they are dropped. Identical lines (same level and text) are
+ * rate-limited: at most AL_LOG_BURST in a window of AL_LOG_WINDOW_S seconds;
+ * the rest are counted and summarised once the window ends, at the next line
+ * logged or al_log_flush ("<the line> (repeated 17 times in 30 s)"). The logger
+ * is a value owned by whoever runs the program (no global state); al_logf
+ * takes it const but updates its rate-limit table under its own mutex. */
+#define AL_LOG_BURST    3
+#define AL_LOG_WINDOW_S 30.0
+#define AL_LOG_SLOTS    32
+typedef struct al_log_seen {
+    uint64_t h;     /* hash of level and text (0: free) */
+    double t0;      /* the window's start (al_now) */
+    double t_last;  /* the last time it came */
+    long n;         /* times in this window */
+    char text[320]; /* its text (the summary repeats it; longer lines are cut) */
+} al_log_seen;
 typedef struct al_log {
     al_log_level min;
     FILE *out;
+    int stamp;          /* timestamps (al_log_init: on) */
+    double window_s;    /* the rate limit's window (al_log_init: AL_LOG_WINDOW_S) */
+    int ready;          /* al_log_init ran: mu and seen are set up */
+    pthread_mutex_t mu; /* guards seen (a default mutex: nothing to destroy) */
+    al_log_seen seen[AL_LOG_SLOTS];
 } al_log;
 void al_log_init(al_log *log, al_log_level min, FILE *out);
 void al_logf(const al_log *log, al_log_level lvl, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The summaries of lines still held back (at the end of a run). */
+void al_log_flush(const al_log *log);
 
 /* ---- time ---------------------------------------------------------------- */
 /* Two clocks, kept apart (issue 32). Every deadline, timeout, timed wait, sleep

@@ -88,20 +88,102 @@ void al_err_clear(al_err *err) {
 /* ---- logging ------------------------------------------------------------- */
 
 void al_log_init(al_log *log, al_log_level min, FILE *out) {
+    memset(log, 0, sizeof *log);
     log->min = min;
     log->out = out ? out : stderr;
+    log->stamp = 1;
+    log->window_s = AL_LOG_WINDOW_S;
+    pthread_mutex_init(&log->mu, NULL);
+    log->ready = 1;
+}
+
+static const char *const LOG_TAG[] = {"debug", "info", "warn", "error"};
+
+/* One line out: the timestamp (UTC, ms), the level, the text. */
+static void log_line(const al_log *log, al_log_level lvl, const char *text, const char *tail) {
+    char ts[40] = "";
+    if (log->stamp) {
+        struct timespec now;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &now);
+        gmtime_r(&now.tv_sec, &tm);
+        size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(ts + n, sizeof ts - n, ".%03ldZ ", now.tv_nsec / 1000000);
+    }
+    fprintf(log->out, "%s[%s] %s%s\n", ts, LOG_TAG[lvl], text, tail ? tail : "");
+    fflush(log->out);
+}
+
+static uint64_t log_hash(al_log_level lvl, const char *text) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)lvl; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        h = (h ^ *p) * 1099511628211ULL;
+    return h ? h : 1;
+}
+
+/* A slot's window is over (or `all`): its summary, if lines were held back. */
+static void log_close(const al_log *log, al_log_seen *e, double now, int all) {
+    if (!e->h || (!all && now - e->t0 < log->window_s)) return;
+    if (e->n > AL_LOG_BURST) {
+        char tail[96];
+        snprintf(tail, sizeof tail, " (repeated %ld times in %.3g s)", e->n - AL_LOG_BURST,
+                 e->t_last - e->t0);
+        log_line(log, (al_log_level)(e->h >> 62), e->text, tail);
+    }
+    e->h = 0;
 }
 
 void al_logf(const al_log *log, al_log_level lvl, const char *fmt, ...) {
-    static const char *tag[] = {"debug", "info", "warn", "error"};
     if (!log || lvl < log->min) return;
+    char text[1024];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(log->out, "[%s] ", tag[lvl]);
-    vfprintf(log->out, fmt, ap);
-    fputc('\n', log->out);
-    fflush(log->out);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    if (!log->ready) { /* (a logger set up by hand: no rate limit) */
+        log_line(log, lvl, text, NULL);
+        return;
+    }
+    al_log *m = (al_log *)log; /* the table is the logger's own mutable state */
+    pthread_mutex_lock(&m->mu);
+    double now = al_now();
+    /* the level rides in the hash's top two bits (for the summary line) */
+    uint64_t h = (log_hash(lvl, text) & ~(3ULL << 62)) | (uint64_t)lvl << 62;
+    al_log_seen *hit = NULL, *free_slot = NULL, *oldest = NULL;
+    for (int i = 0; i < AL_LOG_SLOTS; i++) {
+        al_log_seen *e = &m->seen[i];
+        log_close(log, e, now, 0);
+        if (e->h == h && !strncmp(e->text, text, sizeof e->text - 1)) hit = e;
+        if (!e->h && !free_slot) free_slot = e;
+        if (e->h && (!oldest || e->t_last < oldest->t_last)) oldest = e;
+    }
+    int show = 1;
+    if (hit) {
+        hit->n++;
+        hit->t_last = now;
+        show = hit->n <= AL_LOG_BURST;
+    } else {
+        if (!free_slot) { /* the least recent line leaves the table, with its summary */
+            log_close(log, oldest, now, 1);
+            free_slot = oldest;
+        }
+        free_slot->h = h;
+        free_slot->t0 = free_slot->t_last = now;
+        free_slot->n = 1;
+        size_t n = AL_MIN(strlen(text), sizeof free_slot->text - 1);
+        memcpy(free_slot->text, text, n);
+        free_slot->text[n] = 0;
+    }
+    if (show) log_line(log, lvl, text, NULL);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void al_log_flush(const al_log *log) {
+    if (!log || !log->ready) return;
+    al_log *m = (al_log *)log;
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < AL_LOG_SLOTS; i++) log_close(log, &m->seen[i], al_now(), 1);
+    pthread_mutex_unlock(&m->mu);
 }
 
 /* ---- time ---------------------------------------------------------------- */
