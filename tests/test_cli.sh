@@ -164,6 +164,25 @@ else
     fail=$((fail + 1))
 fi
 
+# a start that would lose checkpoints (issue 36): train and agent without
+# --resume in a folder that holds some are refused, naming the folder and both
+# flags; --resume with --fresh is refused too; --fresh starts over at step 0
+expect 1 "train: \[checkpoint\] dir '$tmp/ck' holds checkpoints .*--resume $tmp/ck continues.*--fresh starts over" -- \
+    train "${common[@]}" --steps 3
+expect 1 "say one of them" -- train "${common[@]}" --steps 3 --fresh --resume "$tmp/ck"
+printf '[site]\nname = a\n[checkpoint]\ndir = %s\n' "$tmp/ck" >"$tmp/agent-ck.ini"
+expect 1 "agent: \[checkpoint\] dir '$tmp/ck' holds checkpoints .*--resume $tmp/ck continues.*--fresh starts over" -- \
+    agent -c "$tmp/agent-ck.ini"
+expect 1 "say one of them" -- agent -c "$tmp/agent-ck.ini" --fresh --resume "$tmp/ck"
+if out=$("$bin" train "${common[@]}" --steps 3 --set inner.log_every=3 --fresh 2>&1) &&
+    grep -q "step      3/3" <<<"$out" && ! grep -q "resumed from" <<<"$out"; then
+    echo "ok: train --fresh in a folder with checkpoints starts over at step 0"
+    pass=$((pass + 1))
+else
+    echo "FAIL: train --fresh: $out"
+    fail=$((fail + 1))
+fi
+
 # a bench that is stopped leaves no agent behind (they held its ports and
 # cores after the bench ended: PR_SET_PDEATHSIG)
 "$bin" bench overlap --steps 2000 --h 200 --runs 1 --dir "$tmp/bo" >"$tmp/bo.log" 2>&1 &

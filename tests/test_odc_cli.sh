@@ -26,14 +26,14 @@ common=(--set model.preset=tiny --set data.train="$tmp/data/train.bin"
     --set inner.eval_batches=2 --set checkpoint.dir="$tmp/ck")
 
 for mode in odc fsdp; do
-    out=$("$bin" train "${common[@]}" --steps 6 --workers 2 --mode "$mode" 2>&1)
+    out=$("$bin" train "${common[@]}" --fresh --steps 6 --workers 2 --mode "$mode" 2>&1)
     if [[ $? -ne 0 || $out != *"saved checkpoint"* || $out != *"step      6/6"* ]]; then
         no "train --workers 2 --mode $mode: $out"
     else echo "ok: train --workers 2 --mode $mode"; fi
 done
 
 # kill one worker of a long run
-"$bin" train "${common[@]}" --steps 1000000 --workers 2 >"$tmp/out" 2>"$tmp/err" &
+"$bin" train "${common[@]}" --fresh --steps 1000000 --workers 2 >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 # a watchdog, so that a hang fails this test instead of leaving processes
 # (workers die with their parent)

@@ -462,7 +462,13 @@ static int read_unary(call_ctx *c, const ProtobufCMessageDescriptor *desc, Proto
     int r = read_msg(c, &sl);
     if (r <= 0) {
         /* a call its client cancelled or gave up on (a stale call after a
-         * freeze) ends without a message: not the client's error */
+         * freeze: the server reads its headers, with a fresh deadline, and
+         * its cancellation only when it wakes) ends without a message: not
+         * the client's error. A cancellation completes the close at once. */
+        if (!c->close_seen) {
+            grpc_event ev = grpc_completion_queue_next(c->w->cq, tu_deadline(0.2), NULL);
+            if (ev.type == GRPC_OP_COMPLETE && (intptr_t)ev.tag == TAG_CLOSE) c->close_seen = 1;
+        }
         if (c->cancelled || call_expired(c)) c->stale = 1;
         snprintf(why, WHY, r < 0 ? "stream broken" : "no request message");
         return r < 0 || c->stale ? AL_ST_CANCELLED : AL_ST_INVALID_ARGUMENT;

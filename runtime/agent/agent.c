@@ -384,12 +384,55 @@ static void write_summary(agent *a, double eval) {
     free(js);
 }
 
+/* The start-up line: what runs (site, sites, policy and h_base, codec, overlap,
+ * quorum, workers, data, steps) and from where (a fresh start or a resume). */
+static void log_start(agent *a, const al_agent_opts *o) {
+    const al_config *c = a->cfg;
+    char pol[2048], sites[AG_MAX_SITES * (AL_SITE_MAX + 2) + 1] = "";
+    al_policy_settings(a->pol, pol, sizeof pol);
+    char *nl = strchr(pol, '\n'); /* "name=fixed\n..." */
+    if (nl) *nl = 0;
+    for (int i = 0; i < a->nsites; i++) {
+        strcat(sites, a->name[i]);
+        if (i + 1 < a->nsites) strcat(sites, ",");
+    }
+    al_logf(&a->log, AL_LOG_INFO,
+            "site %s: runs: sites %s; policy %s, h_base %g; codec %s; overlap %s; quorum %s of %d; "
+            "%d worker(s); model %s; data %s (val %s); %ld steps; %s%s",
+            c->site_name, sites, strncmp(pol, "name=", 5) ? pol : pol + 5, a->h_base,
+            c->outer_codec, al_overlap_name(a->overlap), c->round_quorum, a->nsites, a->workers,
+            c->model_preset, c->data_train, c->data_val[0] ? c->data_val : "none",
+            (long)c->inner_steps, o->resume ? "resume from " : "fresh start",
+            o->resume ? o->resume : "");
+}
+
+/* The end-of-run summary line: θ_global's final eval loss (summary.json's
+ * final_eval_loss, not a round line's training loss), syncs against DiLoCo's,
+ * bytes against DiLoCo's and DDP's. */
+static void log_summary(agent *a, double eval) {
+    double *v = a->met.v;
+    char hx[65];
+    al_outer_hash(&a->outer, hx);
+    double dil = v[AL_M_BYTES_DILOCO], sent = v[AL_M_BYTES_SENT], sy = v[AL_M_SYNCS],
+           sy_dil = v[AL_M_SYNCS_DILOCO];
+    char ev[48] = "none (no [data] val)";
+    if (isfinite(eval)) snprintf(ev, sizeof ev, "%.4f", eval);
+    al_logf(&a->log, AL_LOG_INFO,
+            "site %s: summary: theta_global eval loss %s; %ld rounds, %ld steps; syncs %.2f "
+            "(DiLoCo %.2f: the policy saved %.1f%%); bytes sent %.0f, received %.0f (DiLoCo "
+            "%.0f: saved %.1f%% with the codec; DDP %.0f); theta %.12s",
+            a->name[a->self], ev, a->round, a->step, sy, sy_dil,
+            sy_dil > 0 ? AL_MAX(0.0, 100.0 * (1.0 - sy / sy_dil)) : 0.0, sent, v[AL_M_BYTES_RECV],
+            dil, dil > 0 ? AL_MAX(0.0, 100.0 * (1.0 - sent / dil)) : 0.0, v[AL_M_BYTES_DDP], hx);
+}
+
 int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     agent *a = calloc(1, sizeof *a);
     if (!a) return al_errf(err, AL_ENOMEM, "agent: out of memory");
     int rc = setup(a, c, err);
     if (rc == 0 && o->resume) rc = ag_load(a, o->resume, err);
     a->resumed = o->resume != NULL;
+    if (rc == 0) log_start(a, o);
     if (rc == 0) rc = start_workers(a, err);
     if (rc == 0 && (rc = al_mkdirs(c->checkpoint_dir, err))) al_err_prefix(err, "[checkpoint] dir");
     if (rc == 0) {
@@ -450,6 +493,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
         al_outer_hash(&a->outer, hx);
         al_logf(&a->log, AL_LOG_INFO, "site %s: done: %ld rounds, %ld steps, theta %s",
                 c->site_name, a->round, a->step, hx);
+        log_summary(a, eval);
     }
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);

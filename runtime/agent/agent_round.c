@@ -557,11 +557,13 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     char *line = al_round_record_json(a->name[a->self], &rec);
     ag_event_line(a, line);
     free(line);
+    char evs[40] = ""; /* (loss: this site's training loss; eval: θ_global's) */
+    if (!isnan(ev)) snprintf(evs, sizeof evs, " | eval %.4f", ev);
     al_logf(&a->log, AL_LOG_INFO,
             "site %s | round %ld | step %ld | H %ld -> %lld | sites %d | loss %.4f%s | sent %.0f B "
             "| theta %.12s",
-            a->name[a->self], a->round, a->step, h_run, (long long)d->h_next, M, a->mine.loss,
-            isnan(ev) ? "" : " (eval)", sent, rec.theta);
+            a->name[a->self], a->round, a->step, h_run, (long long)d->h_next, M, a->mine.loss, evs,
+            sent, rec.theta);
     return next_round(a, t_comm, h_run, err);
 }
 

@@ -51,6 +51,12 @@ AL_COMMANDS(AL_CMD_DECL)
 AL_BENCHES(AL_CMD_DECL)
 #undef AL_CMD_DECL
 
+/* A start without --resume in a checkpoint folder that holds checkpoints
+ * would train from step 0 and write over them (same step-* names, `keep`
+ * pruning): unless `fresh` (--fresh) says so, an error naming the folder and
+ * both flags. 0 when the folder holds none (missing, empty, no step-*). */
+int al_cli_fresh_ok(const char *cmd, const char *dir, int fresh, al_err *err);
+
 /* `autoloco train` with [inner] workers > 1 (runtime/cli/train_workers.c). When
  * *stop becomes nonzero (SIGINT/SIGTERM) the workers stop after their current
  * step and the parent saves a checkpoint there, as one worker does. resume

@@ -10,26 +10,30 @@
 #include <string.h>
 
 static void agent_usage(FILE *f) {
-    fprintf(f, "usage: autoloco agent -c SITE.ini [--set section.key=value]... [--resume PATH]\n\n"
+    fprintf(f, "usage: autoloco agent -c SITE.ini [--set section.key=value]... [--resume PATH | "
+               "--fresh]\n\n"
                "Run one site of a multi-site training run: local training ([inner], W workers\n"
                "with [inner] workers), rounds with the [peers] over mutual TLS ([tls]), the\n"
                "outer optimizer ([outer]) and sync-interval policy ([policy]), checkpoints\n"
                "([checkpoint]), the JSONL event log ([log]) and the dashboard ([dashboard]).\n"
-               "SIGINT/SIGTERM: finish the current round, save a checkpoint, exit 0.\n"
+               "SIGINT/SIGTERM/SIGHUP: the round in progress has [round] heartbeat_s to\n"
+               "commit; then the last committed state is saved and the agent exits 0.\n"
                "--resume continues from the\n"
                "newest valid checkpoint under PATH; a site behind its peers rejoins them.\n"
                "--resume auto: from [checkpoint] dir if it holds a checkpoint, else a fresh\n"
                "start (for a service manager's restarts: docs/operations.md).\n"
+               "--fresh: start at step 0 even if [checkpoint] dir holds checkpoints (without\n"
+               "--resume or --fresh such a start is refused).\n"
                "Every key: autoloco train --help-config.\n");
 }
 
 /* Load -c files and --set overrides into c (shared by agent and config check). */
-static int load_config(al_config *c, int argc, char **argv, const char **resume, al_err *err) {
-    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
-                                         {"set", required_argument, 0, 's'},
-                                         {"resume", required_argument, 0, 'r'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+static int load_config(al_config *c, int argc, char **argv, const char **resume, int *fresh,
+                       al_err *err) {
+    static const struct option opts[] = {
+        {"config", required_argument, 0, 'c'}, {"set", required_argument, 0, 's'},
+        {"resume", required_argument, 0, 'r'}, {"fresh", no_argument, 0, 'f'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     int rc = al_config_init(c, err), ch, have = 0;
     if (rc) return rc;
     optind = 1;
@@ -41,6 +45,8 @@ static int load_config(al_config *c, int argc, char **argv, const char **resume,
             if ((rc = al_config_set_arg(c, optarg, err))) return rc;
         } else if (ch == 'r' && resume) {
             *resume = optarg;
+        } else if (ch == 'f' && fresh) {
+            *fresh = 1;
         } else if (ch == 'h') {
             agent_usage(stdout);
             return AL_CLI_USAGE;
@@ -56,7 +62,10 @@ static int load_config(al_config *c, int argc, char **argv, const char **resume,
 int al_cmd_agent(int argc, char **argv, al_err *err) {
     al_config c;
     const char *resume = NULL;
-    int rc = load_config(&c, argc, argv, &resume, err);
+    int fresh = 0;
+    int rc = load_config(&c, argc, argv, &resume, &fresh, err);
+    if (rc == 0 && resume && fresh)
+        rc = al_errf(err, AL_EINVAL, "agent: --resume and --fresh: say one of them");
     if (rc == AL_CLI_USAGE && argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")))
         rc = 0;
     if (rc == 0 && resume && strcmp(resume, "auto") == 0) {
@@ -71,6 +80,7 @@ int al_cmd_agent(int argc, char **argv, al_err *err) {
             resume = NULL;
         }
     }
+    if (rc == 0 && !resume) rc = al_cli_fresh_ok("agent", c.checkpoint_dir, fresh, err);
     if (rc == 0) {
         al_agent_opts o = {resume, 0};
         rc = al_agent_run(&c, &o, err);

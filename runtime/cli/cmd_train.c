@@ -26,6 +26,8 @@ static void train_usage(FILE *f) {
                "  --threads N         same as --set inner.threads=N\n"
                "  --resume PATH       continue from a checkpoint folder, or the newest valid\n"
                "                      one under PATH\n"
+               "  --fresh             start at step 0 even if [checkpoint] dir holds\n"
+               "                      checkpoints (without --resume or --fresh, refused)\n"
                "  --workers W         same as --set inner.workers=W (> 1: W worker processes\n"
                "                      sharing one model over shared memory)\n"
                "  --mode odc|fsdp     same as --set inner.mode=...\n"
@@ -103,23 +105,20 @@ static int train_loop(run *r, al_err *err) {
 }
 
 int al_cmd_train(int argc, char **argv, al_err *err) {
-    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
-                                         {"set", required_argument, 0, 's'},
-                                         {"steps", required_argument, 0, 'n'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"resume", required_argument, 0, 'r'},
-                                         {"help-config", no_argument, 0, 'H'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {"workers", required_argument, 0, 'W'},
-                                         {"mode", required_argument, 0, 'M'},
-                                         {"device", required_argument, 0, 'D'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"config", required_argument, 0, 'c'},  {"set", required_argument, 0, 's'},
+        {"steps", required_argument, 0, 'n'},   {"threads", required_argument, 0, 't'},
+        {"resume", required_argument, 0, 'r'},  {"fresh", no_argument, 0, 'F'},
+        {"help-config", no_argument, 0, 'H'},   {"help", no_argument, 0, 'h'},
+        {"workers", required_argument, 0, 'W'}, {"mode", required_argument, 0, 'M'},
+        {"device", required_argument, 0, 'D'},  {0, 0, 0, 0}};
     run r;
     memset(&r, 0, sizeof r);
     al_log_init(&r.log, AL_LOG_INFO, stderr);
     int rc = al_config_init(&r.cfg, err);
     if (rc) return rc;
     const char *resume = NULL;
+    int fresh = 0;
     /* first pass: the config file, so that later flags override it */
     optind = 1;
     int ch;
@@ -155,13 +154,20 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
             al_err_prefix(err, "--device");
         else if (ch == 'r')
             resume = optarg;
+        else if (ch == 'F')
+            fresh = 1;
         if (rc) goto out;
+    }
+    if (resume && fresh) {
+        rc = al_errf(err, AL_EINVAL, "train: --resume and --fresh: say one of them");
+        goto out;
     }
     if (optind < argc) {
         rc = al_errf(err, AL_EINVAL, "train: unexpected argument '%s'", argv[optind]);
         goto out;
     }
     al_config *c = &r.cfg;
+    if (!resume && (rc = al_cli_fresh_ok("train", c->checkpoint_dir, fresh, err))) goto out;
     al_config_hash(c, r.hash);
     int threads = c->inner_threads > 0 ? (int)c->inner_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     al_threads_set(threads);

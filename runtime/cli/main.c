@@ -1,5 +1,6 @@
 /* main.c -- the `autoloco` command: dispatch to subcommands, one-line errors. */
 #include "al_cli.h"
+#include "al_store.h"
 
 #include <errno.h>
 #ifdef __GLIBC__
@@ -19,6 +20,17 @@ static void usage(FILE *f) {
     AL_COMMANDS(AL_CMD_HELP)
 #undef AL_CMD_HELP
     fprintf(f, "\n'autoloco <command> --help' describes each command.\n");
+}
+
+int al_cli_fresh_ok(const char *cmd, const char *dir, int fresh, al_err *err) {
+    char found[4200];
+    al_err e = {0};
+    int rc = al_ckpt_find(dir, NULL, found, sizeof found, &e);
+    if (fresh || rc == AL_ENOTFOUND) return 0;
+    return al_errf(err, AL_EPERM,
+                   "%s: [checkpoint] dir '%s' holds checkpoints (%s): --resume %s continues from "
+                   "them, --fresh starts over at step 0 and may write over them",
+                   cmd, dir, rc == 0 ? found : e.msg, dir);
 }
 
 int al_cmd_version(int argc, char **argv, al_err *err) {
