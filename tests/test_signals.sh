@@ -267,6 +267,29 @@ t0=$(now)
 kill -TERM "$PID_c"
 await "$PID_c" 40
 check "after a freeze" $dir c "$t0" $?
+# the start-up line says what runs; the summary line ends the run with
+# theta_global's final eval loss (summary.json's, the last round line's eval),
+# syncs, bytes and savings as summary.json has them
+if why=$(python3 - $dir/a.log $dir/run-a/summary.json 2>&1 <<'EOF'
+import json, re, sys
+log, j = open(sys.argv[1]).read(), json.load(open(sys.argv[2]))
+assert re.search(r"site a: runs: sites a,b,c; policy fixed, h_base 20; codec int8\+zstd; overlap none; "
+                 r"quorum majority of 3; 1 worker\(s\); model tiny; data \S+ \(val \S+\); 300 steps; fresh start", log), "no start-up line"
+s = re.search(r"site a: summary: theta_global eval loss ([0-9.]+); (\d+) rounds, (\d+) steps; syncs ([0-9.]+) "
+              r"\(DiLoCo ([0-9.]+): the policy saved ([0-9.]+)%\); bytes sent (\d+), received (\d+) \(DiLoCo (\d+): "
+              r"saved ([0-9.]+)% with the codec; DDP (\d+)\); theta ([0-9a-f]{12})", log)
+assert s, "no summary line"
+assert abs(float(s[1]) - j["final_eval_loss"]) < 6e-5, (s[1], j["final_eval_loss"])
+assert (int(s[2]), int(s[3]), float(s[4]), int(s[7]), s[12]) == (j["rounds"], j["steps"], j["syncs"], round(j["bytes_sent"]), j["theta_hash"][:12]), s.groups()
+ev = re.findall(r"\| loss [0-9.]+ \| eval ([0-9.]+) \|", log)
+assert ev and ev[-1] == s[1], (ev[-1:], s[1])
+print(f"eval {s[1]}, {s[2]} rounds, syncs {s[4]}, bytes sent {s[7]}")
+EOF
+); then
+    ok "logs: a start-up line says what runs; the summary line has theta_global's eval loss and summary.json's counts ($why)"
+else
+    no "logs: start-up or summary line: $why"
+fi
 fi
 
 # ---- a freeze mid-run: c stopped for 20 s, continued: it rejoins -------------------
