@@ -75,7 +75,7 @@ conf() {
             echo "name = fixed"
             echo "h_base = ${H:-20}"
             echo "[round]"
-            echo "deadline_s = 30"
+            echo "deadline_s = ${AL_TEST_DEADLINE:-30}"
             echo "heartbeat_s = $HB"
             echo "peer_timeout_s = 3"
             echo "quorum = majority"
@@ -116,7 +116,7 @@ check() {
     local line
     line=$(grep -h "stopped: saved round" "$log" | tail -n 1)
     local why
-    why=$(python3 - "$log" "$dir/run-$s" "$t0" "$t1" "$HB" "$line" <<'EOF'
+    why=$(python3 - "$log" "$dir/run-$s" "$t0" "$t1" "$HB" "$line" 2>&1 <<'EOF'
 import glob, json, os, re, sys
 log, run, t0, t1, hb, line = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
 m = re.search(r"saved round (\d+) \(theta ([0-9a-f]{12})\), step (\d+); ([0-9.]+) s after the signal \(save ([0-9.]+) s\)", line)
