@@ -79,6 +79,7 @@ typedef struct call_ctx {
     char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
     int counted;      /* this call is counted in peer->active (until its status is sent) */
     int control;      /* a heartbeat (Ping) or statistics: control traffic, in no count */
+    int cut;          /* this server cancelled it (no progress; its client's deadline) */
     int stale;        /* its client gave up (its deadline passed, or it cancelled): no
                        * refusal to log, only a debug line */
 } call_ctx;
@@ -127,6 +128,7 @@ static int wait_op(call_ctx *c, intptr_t want) {
                                                    : "idle timeout: no progress from the client",
                                          NULL);
             if (by_client) c->stale = 1;
+            c->cut = 1;
             timed_out = 1;
             continue;
         }
@@ -188,14 +190,6 @@ static void finish(call_ctx *c, int st, const char *why) {
         atomic_fetch_sub(&c->peer->active, 1);
         c->counted = 0;
     }
-    if (st && c->stale) { /* nobody waits for the answer: not a refusal */
-        logf_(s, AL_LOG_DEBUG, "dropped a call of %s its client gave up on: %s",
-              c->cn[0] ? c->cn : "(unknown peer)", why);
-    } else if (st) {
-        atomic_fetch_add(&s->refusals[st > 16 ? 2 : st], 1);
-        logf_(s, AL_LOG_WARN, "refused %s: %s: %s", c->cn[0] ? c->cn : "(unknown peer)",
-              al_status_name(st), why);
-    }
     grpc_slice details = grpc_slice_from_copied_string(why ? why : "");
     grpc_op ops[2] = {{.op = GRPC_OP_SEND_INITIAL_METADATA},
                       {.op = GRPC_OP_SEND_STATUS_FROM_SERVER}};
@@ -207,6 +201,20 @@ static void finish(call_ctx *c, int st, const char *why) {
         GRPC_CALL_OK)
         wait_op(c, TAG_OP);
     grpc_slice_unref(details);
+    if (!st) return;
+    /* A refusal is logged once the call is closed, which says whether its
+     * client had cancelled it: then nobody waited for the answer (a stale
+     * call served after a SIGSTOP/SIGCONT, refused for the peer's call slots
+     * or cut short) and it is no refusal, only a debug line. */
+    if (!c->close_seen) wait_op(c, TAG_CLOSE);
+    if (c->stale || (c->cancelled && !c->cut)) {
+        logf_(s, AL_LOG_DEBUG, "dropped a call of %s its client gave up on (%s: %s)",
+              c->cn[0] ? c->cn : "(unknown peer)", al_status_name(st), why);
+    } else {
+        atomic_fetch_add(&s->refusals[st > 16 ? 2 : st], 1);
+        logf_(s, AL_LOG_WARN, "refused %s: %s: %s", c->cn[0] ? c->cn : "(unknown peer)",
+              al_status_name(st), why);
+    }
 }
 
 /* ---- identity ------------------------------------------------------------------------ */

@@ -131,7 +131,8 @@ int al_cli_spawn_agent(const char *cfg, const char *log, int death_sig, al_err *
             _exit(126);
         FILE *f = freopen(log, "w", stdout);
         if (f) dup2(fileno(stdout), 2);
-        execl(self, self, "agent", "-c", cfg, (char *)NULL);
+        /* (a run folder given again with --dir: the demo starts over) */
+        execl(self, self, "agent", "-c", cfg, "--fresh", (char *)NULL);
         _exit(127);
     }
     return (int)pid;
