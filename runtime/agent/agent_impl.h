@@ -332,6 +332,8 @@ typedef struct agent {
                                   * the merge of round R's fragment starts from */
     volatile sig_atomic_t *stop; /* the driver's stop flag: the signal (SIGINT/SIGTERM/SIGHUP) */
     atomic_llong *stop_ms;       /* ... and when it came (CLOCK_MONOTONIC ms; ag_stop_age) */
+    atomic_llong stop_from_ms;   /* overlap: a stop's heartbeat counts from here if later (the
+                                  * end of the interval the driver joined after the signal) */
     int stop_told;               /* the driver logged the stop */
     int cut_ok;                  /* the driver's interval: a stop may cut it (do_train) */
     int iv_cut;                  /* the last ag_interval_run stopped early (a stop) */
@@ -400,6 +402,7 @@ static inline const char *ag_sig_name(int sig) {
 static inline double ag_stop_age(const agent *a) {
     if (!a->stop || !*a->stop) return -1;
     long long ms = a->stop_ms ? atomic_load(a->stop_ms) : 0;
+    ms = AL_MAX(ms, atomic_load(&a->stop_from_ms));
     return ms > 0 ? AL_MAX(0.0, al_now() - 1e-3 * (double)ms) : 0.0;
 }
 /* A stop is due: the round in progress had its one heartbeat to commit since

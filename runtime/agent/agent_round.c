@@ -162,6 +162,9 @@ static int do_train(agent *a, al_err *err) {
     if (a->overlap && a->round == a->fault_freeze) raise(SIGSTOP);
     if (a->bg_running && a->bg_round == a->round) {
         rc = ag_bg_join(a, err);
+        /* overlap: a stop during the interval gives its round one heartbeat
+         * from the interval's end, as to a blocking site (ag_stop_age) */
+        if (*a->stop) atomic_store(&a->stop_from_ms, (long long)(al_now() * 1000.0));
     } else {
         if (a->bg_running) ag_bg_discard(a, 0); /* of another round (not expected) */
         long h = a->h;
