@@ -207,6 +207,7 @@ start $dir b
 start $dir c
 wait_for $dir/a.log "| round 2 |" 60 || no "no quorum: no round 2"
 kill -KILL "$PID_b" "$PID_c"
+wait "$PID_b" "$PID_c" 2>/dev/null # (reaped here: no "Killed" line)
 wait_for $dir/a.log "no quorum" 60 || no "no quorum: a never said so: $(tail -n 2 $dir/a.log)"
 t0=$(now)
 kill -TERM "$PID_a"
@@ -246,6 +247,7 @@ else
 fi
 kill -KILL "$PID_a" "$PID_b" 2>/dev/null
 kill -CONT "$PID_a" "$PID_b" 2>/dev/null
+wait "$PID_a" "$PID_b" 2>/dev/null
 fi
 
 # ---- after a freeze: c frozen while a and b finish ---------------------------------
