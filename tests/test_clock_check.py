@@ -66,6 +66,8 @@ ALLOWED = {
     ("runtime/base/base.c", "al_cond_wait_until", "pthread_cond_timedwait"):
         "the helper: the timespec is on CLOCK_MONOTONIC (al_cond_init's condition variables)",
     # stamps shown to people or written to files
+    ("runtime/base/base.c", "log_line", "CLOCK_REALTIME"):
+        "every log line's timestamp (ISO-8601 UTC, ms), read by people and log tools",
     ("runtime/monitor/metrics.c", "wall_now", "al_wall_now"):
         "/metrics' and the dashboard's timestamps (uptime, last commit, last checkpoint) and "
         "events.jsonl's `t`: read by people and Prometheus, never waited on",
