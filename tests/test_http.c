@@ -421,6 +421,53 @@ static void test_slow_clients(void **state) {
     assert_int_equal(open_, 0);
 }
 
+/* More slow clients than the connection limit, from the page's own address,
+ * with a head deadline too long to help (1000 s): each connection accepted
+ * beyond the limit sheds the one that has waited longest for its request
+ * head, so a normal request is answered at once and the server holds no more
+ * than its limit. Without the shedding (checked: shed_oldest returning at
+ * once) the request waits in the listen queue and this test fails. */
+static void test_shed_at_limit(void **state) {
+    (void)state;
+    enum { LIMIT = 16, SLOW = 40 };
+    al_err err = {0};
+    al_metrics m;
+    al_http *h = NULL;
+    al_http_cfg cfg = {.address = "127.0.0.1",
+                       .port = 0,
+                       .max_connections = LIMIT,
+                       .timeout_s = 1000,
+                       .head_timeout_s = 1000};
+    assert_int_equal(al_metrics_init(&m, "a", &err), 0);
+    assert_int_equal(al_http_start(&h, &cfg, &m, &err), 0);
+    int port = al_http_port(h), fds[SLOW];
+    for (int i = 0; i < SLOW; i++) {
+        fds[i] = connect_local(port);
+        if (fds[i] >= 0) send(fds[i], "GET / HTTP/1.1\r\nX-Slow: 1\r\n", 29, MSG_NOSIGNAL);
+    }
+    struct timespec nap = {0, 300 * 1000 * 1000}; /* the server has accepted them all */
+    nanosleep(&nap, NULL);
+    double t0 = al_now();
+    char *body = NULL;
+    int code = http_get(port, "/api/v1/status", &body);
+    double took = al_now() - t0;
+    free(body);
+    al_http_count c;
+    al_http_counts(h, &c);
+    print_message("  %d slow clients, limit %d: a normal request answered in %.3f s (%d), "
+                  "%lu shed, %d open\n",
+                  SLOW, LIMIT, took, code, c.shed, c.open);
+    assert_int_equal(code, 200);
+    assert_true(took < 2.0);
+    assert_true(c.shed >= SLOW - LIMIT);
+    assert_true(c.open <= LIMIT);
+    assert_int_equal(c.head_cut, 0);
+    for (int i = 0; i < SLOW; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    al_http_stop(h);
+    al_metrics_free(&m);
+}
+
 static void test_round_record_jsonl(void **state) {
     (void)state;
     al_round_record rec = {0};
@@ -445,9 +492,9 @@ static void test_round_record_jsonl(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_metrics_format),     cmocka_unit_test(test_json_api),
-        cmocka_unit_test(test_bad_requests),       cmocka_unit_test(test_slow_clients),
-        cmocka_unit_test(test_round_record_jsonl),
+        cmocka_unit_test(test_metrics_format), cmocka_unit_test(test_json_api),
+        cmocka_unit_test(test_bad_requests),   cmocka_unit_test(test_slow_clients),
+        cmocka_unit_test(test_shed_at_limit),  cmocka_unit_test(test_round_record_jsonl),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -445,7 +445,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
     if (rc == 0 && c->dashboard_port >= 0) {
         al_http_cfg hc = {.address = c->dashboard_address,
                           .port = (int)c->dashboard_port,
-                          .max_connections = 64,
+                          .max_connections = 0, /* the server's default (al_monitor.h) */
                           .timeout_s = 10};
         rc = al_http_start(&a->http, &hc, &a->met, err);
         if (rc == 0)

@@ -156,10 +156,14 @@ char *al_round_record_json(const char *site, const al_round_record *r);
  *   /api/v1/rounds   JSON: every round record and membership event
  *
  * Anything else is 404; methods other than GET/HEAD are 405. The server runs
- * its own thread with non-blocking I/O, a connection limit, a per-connection
- * timeout and a per-connection memory limit (so a huge URL or header is refused
- * with an error status instead of growing memory). It only reads the metrics
- * registry under its lock, so training never waits on a client.
+ * one polling thread with non-blocking I/O (epoll: an idle or slow connection
+ * holds no thread), a per-connection memory limit (so a huge URL or header is
+ * refused with an error status instead of growing memory), an idle timeout,
+ * a deadline for each request head, and a connection limit beyond which a
+ * new connection sheds the one that has waited longest for its request head
+ * (so slow clients, even from the browser's own address, cannot keep the page
+ * from loading: http.c says why). It only reads the metrics registry under
+ * its lock, so training never waits on a client.
  */
 
 typedef struct al_http al_http;
@@ -167,15 +171,25 @@ typedef struct al_http al_http;
 typedef struct al_http_cfg {
     const char *address;   /* IPv4 literal, default 127.0.0.1 */
     int port;              /* 0: pick a free port (see al_http_port) */
-    int max_connections;   /* default 64 */
+    int max_connections;   /* beyond it a new connection sheds the oldest still waiting for its
+                            * request head; default 512 */
     int timeout_s;         /* idle connection timeout, default 10 */
-    int max_per_client;    /* connections one address may hold, default max_connections / 4 */
+    int max_per_client;    /* connections one address may hold; default: no limit of its own
+                            * (behind a proxy, and for a local attacker, the browser shares
+                            * the address) */
     double head_timeout_s; /* a request head must be complete this long after the connection
                             * opened or its last response went out, default 5 */
 } al_http_cfg;
 
 int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *err);
 int al_http_port(const al_http *h);
+
+/* What the server did with its connections so far (tests, diagnostics). */
+typedef struct al_http_count {
+    int open;                     /* connections open now */
+    unsigned long head_cut, shed; /* closed by the head deadline; shed at the limit */
+} al_http_count;
+void al_http_counts(al_http *h, al_http_count *c);
 void al_http_stop(al_http *h);
 
 /* The dashboard page (generated at build time from runtime/monitor/dashboard.html). */

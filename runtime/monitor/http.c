@@ -15,13 +15,27 @@
  * enough of them, every connection slot) for as long as it likes. So the
  * server also gives each request head a deadline: a watchdog thread shuts
  * down a connection whose head is not complete head_s after the connection
- * opened or its previous response was sent. */
-#define HEAD_S 5.0
+ * opened or its previous response was sent.
+ *
+ * Many slow clients. The deadline alone does not keep the page answering:
+ * at the connection limit libmicrohttpd stops accepting, and a browser's
+ * connection waits in the kernel's listen queue behind every slow client
+ * that reconnected before it (300 of them, 64 slots and a 5 s deadline: the
+ * page did not load for the whole attack). So the limit is generous (idle
+ * connections cost one epoll entry and a few KB: the one polling thread
+ * never waits on a client), and a connection accepted beyond it sheds the
+ * oldest one still waiting for its request head: a browser sends its head at
+ * once, so it is the newest of the waiting and never the one shed. Slow
+ * clients from the browser's own address (127.0.0.1 behind a proxy) are
+ * handled alike, which a per-address limit could not do. */
+#define HEAD_S    5.0
+#define MAX_CONNS 512
 
 typedef struct conn {
     int fd;
     double t0;       /* when the head now awaited began */
     int head_wanted; /* waiting for a request head */
+    int gone;        /* shut down here, not yet closed by libmicrohttpd */
 } conn;
 
 struct al_http {
@@ -30,7 +44,9 @@ struct al_http {
     int port;
     pthread_mutex_t mu; /* guards conns, nconns, stop */
     conn *conns;
-    int nconns, maxc, stop;
+    int nconns, ngone, stop;
+    int maxc, capc; /* the soft limit on connections not gone; conns' size (MHD's limit) */
+    unsigned long head_cut, shed; /* connections closed by the head deadline, shed at the limit */
     double head_s;
     pthread_t watchdog;
     int watching;
@@ -52,11 +68,32 @@ static int conn_fd(struct MHD_Connection *c) {
 static void conn_mark(al_http *h, int fd, int head) {
     pthread_mutex_lock(&h->mu);
     for (int i = 0; i < h->nconns; i++)
-        if (h->conns[i].fd == fd) {
+        if (h->conns[i].fd == fd && !h->conns[i].gone) {
             h->conns[i].head_wanted = head;
             h->conns[i].t0 = mono_now();
         }
     pthread_mutex_unlock(&h->mu);
+}
+
+/* Shut a connection down (libmicrohttpd sees the end and closes it). Locked. */
+static void conn_end(al_http *h, conn *c) {
+    shutdown(c->fd, SHUT_RDWR);
+    c->head_wanted = 0;
+    c->gone = 1;
+    h->ngone++;
+}
+
+/* Over the soft limit: shut down the connection that has waited longest for
+ * its request head, the newest (conns' last) excepted; none if every other
+ * connection has a request in progress (libmicrohttpd's own limit, capc,
+ * then bounds them). Locked. */
+static void shed_oldest(al_http *h) {
+    int k = -1;
+    for (int i = 0; i < h->nconns - 1; i++)
+        if (h->conns[i].head_wanted && (k < 0 || h->conns[i].t0 < h->conns[k].t0)) k = i;
+    if (k < 0) return;
+    conn_end(h, &h->conns[k]);
+    h->shed++;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -66,11 +103,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     int fd = conn_fd(c);
     if (fd < 0) return;
     pthread_mutex_lock(&h->mu);
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED && h->nconns < h->maxc) {
-        h->conns[h->nconns++] = (conn){fd, mono_now(), 1};
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED && h->nconns < h->capc) {
+        h->conns[h->nconns++] = (conn){fd, mono_now(), 1, 0};
+        if (h->nconns - h->ngone > h->maxc) shed_oldest(h);
     } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
         for (int i = 0; i < h->nconns; i++)
             if (h->conns[i].fd == fd) {
+                h->ngone -= h->conns[i].gone;
                 h->conns[i] = h->conns[--h->nconns];
                 break;
             }
@@ -95,8 +134,8 @@ static void *watchdog_main(void *arg) {
         double now = mono_now();
         for (int i = 0; i < h->nconns; i++)
             if (h->conns[i].head_wanted && now - h->conns[i].t0 > h->head_s) {
-                shutdown(h->conns[i].fd, SHUT_RDWR); /* MHD sees the end and closes it */
-                h->conns[i].head_wanted = 0;
+                conn_end(h, &h->conns[i]);
+                h->head_cut++;
             }
         pthread_mutex_unlock(&h->mu);
         struct timespec nap = {0, 200 * 1000 * 1000};
@@ -179,16 +218,20 @@ int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *
     al_http *h = calloc(1, sizeof *h);
     if (!h) return al_errf(err, AL_ENOMEM, "http: out of memory");
     h->m = m;
-    unsigned maxc = (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 64);
+    unsigned maxc = (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : MAX_CONNS);
+    /* libmicrohttpd's own limit leaves room above the soft one for the
+     * connections shed but not yet closed by its thread */
+    unsigned capc = maxc + maxc / 4 + 16;
     unsigned tmo = (unsigned)(cfg->timeout_s > 0 ? cfg->timeout_s : 10);
     /* no separate per-address limit by default: behind a proxy every client
      * has one address, and libmicrohttpd's per-address count lagged the
      * connections it had closed (the Chromium test was refused at 32 with two
      * connections open); the head deadline is what frees slow clients' slots */
-    unsigned per_ip = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : maxc;
+    unsigned per_ip = cfg->max_per_client > 0 ? (unsigned)cfg->max_per_client : capc;
     h->maxc = (int)maxc;
+    h->capc = (int)capc;
     h->head_s = cfg->head_timeout_s > 0 ? cfg->head_timeout_s : HEAD_S;
-    h->conns = calloc(maxc, sizeof *h->conns);
+    h->conns = calloc(capc, sizeof *h->conns);
     pthread_mutex_init(&h->mu, NULL);
     if (!h->conns || pthread_create(&h->watchdog, NULL, watchdog_main, h) != 0) {
         pthread_mutex_destroy(&h->mu);
@@ -199,7 +242,7 @@ int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *
     h->watching = 1;
     h->d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL, on_request, h,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, maxc,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, capc,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, tmo,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384, MHD_OPTION_NOTIFY_CONNECTION,
         on_connection, h, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
@@ -216,6 +259,14 @@ int al_http_start(al_http **out, const al_http_cfg *cfg, al_metrics *m, al_err *
 
 int al_http_port(const al_http *h) {
     return h->port;
+}
+
+void al_http_counts(al_http *h, al_http_count *c) {
+    pthread_mutex_lock(&h->mu);
+    c->open = h->nconns - h->ngone;
+    c->head_cut = h->head_cut;
+    c->shed = h->shed;
+    pthread_mutex_unlock(&h->mu);
 }
 
 void al_http_stop(al_http *h) {
