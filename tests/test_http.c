@@ -468,6 +468,155 @@ static void test_shed_at_limit(void **state) {
     al_metrics_free(&m);
 }
 
+/* The saving in its parts (issue 36: the lead figure credited the policy
+ * with the codec's saving): the policy's is DiLoCo's syncs and fp32 bytes
+ * less ours, the codec's the fp32 bytes less those sent; a part below zero
+ * stays a signed cost; nothing to compare with gives 0, not a division by 0. */
+static void test_savings(void **state) {
+    (void)state;
+    double v[AL_M_COUNT] = {0};
+    v[AL_M_SYNCS] = 12;
+    v[AL_M_SYNCS_DILOCO] = 15;
+    v[AL_M_BYTES_DILOCO] = 15000;
+    v[AL_M_BYTES_RAW] = 12000;
+    v[AL_M_BYTES_SENT] = 3000;
+    v[AL_M_BYTES_DDP] = 600000;
+    al_savings s;
+    al_savings_of(v, &s);
+    assert_true(s.syncs_avoided == 3);
+    assert_true(s.policy_bytes == 3000 && s.policy_pct == 20);
+    assert_true(s.codec_bytes == 9000 && s.codec_pct == 75);
+    assert_true(s.total_bytes == 12000 && s.total_pct == 80);
+    assert_true(s.ddp_bytes == 597000 && s.ddp_pct == 99.5);
+    /* H = H_base: the policy saved nothing, the codec all of it (the user's
+     * 75.6% "saved vs DiLoCo" with 0 syncs avoided) */
+    v[AL_M_SYNCS] = 15;
+    v[AL_M_BYTES_RAW] = 15000;
+    al_savings_of(v, &s);
+    assert_true(s.syncs_avoided == 0 && s.policy_bytes == 0 && s.policy_pct == 0);
+    assert_true(s.codec_pct == 80 && s.total_pct == 80);
+    /* more syncs than DiLoCo, and a codec (fp32) whose framing costs: signed */
+    v[AL_M_SYNCS] = 17;
+    v[AL_M_BYTES_RAW] = 17000;
+    v[AL_M_BYTES_SENT] = 17100;
+    al_savings_of(v, &s);
+    assert_true(s.syncs_avoided == -2 && s.policy_bytes == -2000);
+    assert_true(s.codec_bytes == -100 && s.codec_pct < 0 && s.total_bytes == -2100);
+    double zero[AL_M_COUNT] = {0};
+    al_savings_of(zero, &s);
+    assert_true(s.policy_pct == 0 && s.codec_pct == 0 && s.total_pct == 0 && s.ddp_pct == 0);
+}
+
+static json_t *status_of(al_metrics *m) {
+    char *s = al_metrics_status_json(m);
+    json_t *o = s ? json_loads(s, 0, NULL) : NULL;
+    free(s);
+    assert_non_null(o);
+    return o;
+}
+
+static json_t *last_round_of(al_metrics *m) {
+    char *s = al_metrics_rounds_json(m);
+    json_t *o = s ? json_loads(s, 0, NULL) : NULL;
+    free(s);
+    assert_non_null(o);
+    json_t *rs = json_object_get(o, "rounds");
+    json_t *r = json_incref(json_array_get(rs, json_array_size(rs) - 1));
+    json_decref(o);
+    return r;
+}
+
+/* Agreement per round, kept up to date after the commit (issue 36: "2 of 3"
+ * on every row of a healthy run, where the third vote came after the
+ * quorum), and the health line naming a peer that is down (it was empty). */
+static void test_agreement_health(void **state) {
+    (void)state;
+    al_err err = {0};
+    al_metrics m;
+    assert_int_equal(al_metrics_init(&m, "a", &err), 0);
+    const char *bad[] = {"a", ""};
+    assert_int_equal(al_metrics_sites(&m, bad, 2, &err), AL_EINVAL);
+    assert_non_null(strstr(err.msg, "site 1's name is empty"));
+    assert_int_equal(al_metrics_sites(&m, bad, 0, &err), AL_EINVAL);
+    assert_non_null(strstr(err.msg, "0 configured sites"));
+    const char *names[] = {"a", "b", "c"};
+    assert_int_equal(al_metrics_sites(&m, names, 3, &err), 0);
+    unsigned char h[32], other[32];
+    memset(h, 0xab, sizeof h);
+    memset(other, 0x01, sizeof other);
+    al_round_record rec = {.round = 4, .step = 40, .h = 10, .h_next = 10, .members = 3};
+    for (int i = 0; i < 32; i++) snprintf(rec.theta + 2 * i, 3, "%02x", h[i]);
+    rec.configured = 3;
+    rec.equal = 1u | 2u; /* a and b at the commit (the quorum) */
+    assert_int_equal(al_metrics_add_round(&m, &rec, &err), 0);
+    json_t *r = last_round_of(&m);
+    assert_int_equal(json_integer_value(json_object_get(r, "agree")), 2);
+    assert_int_equal(json_integer_value(json_object_get(r, "differ")), 0);
+    json_decref(r);
+    /* c's vote for another hash may be a failed attempt's: not counted */
+    assert_null(al_metrics_theta_seen(&m, 4, 2, other, 0));
+    /* c's vote for it, after the quorum: counted, once */
+    char *line = al_metrics_theta_seen(&m, 4, 2, h, 0);
+    assert_non_null(line);
+    json_t *ev = json_loads(line, 0, NULL);
+    free(line);
+    assert_string_equal(json_string_value(json_object_get(ev, "event")), "agree");
+    assert_int_equal(json_integer_value(json_object_get(ev, "round")), 4);
+    assert_int_equal(json_integer_value(json_object_get(ev, "agree")), 3);
+    assert_int_equal(json_array_size(json_object_get(ev, "sites_equal")), 3);
+    json_decref(ev);
+    assert_null(al_metrics_theta_seen(&m, 4, 2, h, 1)); /* no change: no line */
+    assert_null(al_metrics_theta_seen(&m, 9, 1, h, 1)); /* no such round */
+    r = last_round_of(&m);
+    assert_int_equal(json_integer_value(json_object_get(r, "agree")), 3);
+    json_decref(r);
+    /* b started the next round from another θ: it differs */
+    line = al_metrics_theta_seen(&m, 4, 1, other, 1);
+    assert_non_null(line);
+    free(line);
+    r = last_round_of(&m);
+    assert_int_equal(json_integer_value(json_object_get(r, "differ")), 1);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r, "sites_differ"), 0)),
+                        "b");
+    json_decref(r);
+    /* health: empty while all are up; a peer down is named with its last round */
+    al_metrics_peer_up(&m, "b", 1);
+    al_metrics_peer_up(&m, "c", 1);
+    json_t *st = status_of(&m);
+    assert_string_equal(json_string_value(json_object_get(st, "health")), "");
+    assert_int_equal(json_integer_value(json_object_get(st, "configured")), 3);
+    assert_int_equal(json_array_size(json_object_get(st, "peers")), 2);
+    json_decref(st);
+    al_metrics_peer_reachable(&m, "c", 0);
+    al_metrics_peer_up(&m, "c", 0);
+    st = status_of(&m);
+    const char *hl = json_string_value(json_object_get(st, "health"));
+    print_message("  health with c down: '%s'\n", hl);
+    assert_non_null(strstr(hl, "c down, last round with us"));
+    assert_null(strstr(hl, "b "));
+    json_t *pc = json_array_get(json_object_get(st, "peers"), 1);
+    assert_string_equal(json_string_value(json_object_get(pc, "peer")), "c");
+    assert_true(json_is_true(json_object_get(pc, "down")));
+    json_decref(st);
+    /* with the protocol's warning first; b answering but left out */
+    al_metrics_set_health(&m, "no quorum: 1 of 3 sites reachable");
+    al_metrics_peer_up(&m, "b", 0);
+    st = status_of(&m);
+    hl = json_string_value(json_object_get(st, "health"));
+    assert_true(!strncmp(
+        hl, "no quorum: 1 of 3 sites reachable; b left out of the last round; c down", 71));
+    json_decref(st);
+    /* c back: no longer down */
+    al_metrics_set_health(&m, "");
+    al_metrics_peer_reachable(&m, "c", 1);
+    al_metrics_peer_up(&m, "b", 1);
+    st = status_of(&m);
+    assert_string_equal(json_string_value(json_object_get(st, "health")),
+                        "c left out of the last round");
+    json_decref(st);
+    al_metrics_free(&m);
+}
+
 static void test_round_record_jsonl(void **state) {
     (void)state;
     al_round_record rec = {0};
@@ -492,9 +641,10 @@ static void test_round_record_jsonl(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_metrics_format), cmocka_unit_test(test_json_api),
-        cmocka_unit_test(test_bad_requests),   cmocka_unit_test(test_slow_clients),
-        cmocka_unit_test(test_shed_at_limit),  cmocka_unit_test(test_round_record_jsonl),
+        cmocka_unit_test(test_metrics_format),   cmocka_unit_test(test_json_api),
+        cmocka_unit_test(test_bad_requests),     cmocka_unit_test(test_slow_clients),
+        cmocka_unit_test(test_shed_at_limit),    cmocka_unit_test(test_savings),
+        cmocka_unit_test(test_agreement_health), cmocka_unit_test(test_round_record_jsonl),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

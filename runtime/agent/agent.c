@@ -296,7 +296,10 @@ static int setup(agent *a, const al_config *c, al_err *err) {
     if (rc) return rc;
     a->h_base = policy_h_base(a->pol);
     if ((rc = setup_training(a, c, err)) || (rc = setup_outer(a, c, err))) return rc;
-    return al_metrics_init(&a->met, c->site_name, err);
+    if ((rc = al_metrics_init(&a->met, c->site_name, err))) return rc;
+    const char *names[AG_MAX_SITES]; /* the dashboard's agreement and health name them */
+    for (int i = 0; i < a->nsites; i++) names[i] = a->name[i];
+    return al_metrics_sites(&a->met, names, a->nsites, err);
 }
 
 /* W > 1: fork the workers, once, while this process has no other thread yet

@@ -20,6 +20,12 @@ void ag_event_at(agent *a, const char *kind, const char *site, long round, long 
     free(line);
 }
 
+void ag_theta_seen(agent *a, int site, long round, const uint8_t hash[32], int definitive) {
+    char *line = al_metrics_theta_seen(&a->met, round, site, hash, definitive);
+    ag_event_line(a, line);
+    free(line);
+}
+
 void ag_event(agent *a, const char *kind, const char *site) {
     ag_event_at(a, kind, site, a->round, a->step);
 }

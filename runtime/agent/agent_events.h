@@ -13,5 +13,9 @@ void ag_event(agent *a, const char *kind, const char *site);
 void ag_event_at(agent *a, const char *kind, const char *site, long round, long step);
 /* A round record or other line into the event log (one call: whole lines). */
 void ag_event_line(agent *a, const char *line);
+/* A peer's status showed θ_global after `round` (definitive: the base it
+ * started the next round from; else its vote there): the round's agreement
+ * on the dashboard, and an "agree" line in the event log when it changed. */
+void ag_theta_seen(agent *a, int site, long round, const uint8_t hash[32], int definitive);
 
 #endif

@@ -129,6 +129,7 @@ static void *hb_main(void *arg) {
             pthread_mutex_unlock(&a->mu);
             /* the event log and /metrics (membership itself changes at commits) */
             if (change) ag_event_at(a, change > 0 ? "up" : "down", a->name[i], r, step);
+            if (change) al_metrics_peer_reachable(&a->met, a->name[i], change > 0);
             if (change < 0) al_metrics_peer_up(&a->met, a->name[i], 0);
         }
         /* a stop is due (ag_stop_due): a call of the round still in flight

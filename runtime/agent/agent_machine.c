@@ -466,6 +466,11 @@ int ag_feed_inbox(agent *a, al_err *err) {
     follow_exclusions(a, ps);
     for (int i = 0; i < a->nsites; i++) {
         if (i == a->self || !ps[i].have_base) continue;
+        if (fresh[i]) { /* the dashboard's agreement: what it committed, what it voted */
+            if (ps[i].round >= 1) ag_theta_seen(a, i, (long)ps[i].round - 1, ps[i].base, 1);
+            if (ps[i].vote == AL_VOTE_HASH)
+                ag_theta_seen(a, i, (long)ps[i].round, ps[i].vote_hash, 0);
+        }
         if (!a->shook[i]) {
             if (!fresh[i]) continue;
             al_err e = {0};

@@ -315,10 +315,19 @@ static int do_propose(agent *a, const al_round_action *act, al_err *err) {
     return 0;
 }
 
-/* DiLoCo and DDP send 2 (M-1)/M P fp32 values per synchronisation (ring
- * reduce-scatter + all-gather): every H_base steps, or every step. */
-static double sync_bytes(const agent *a, int M) {
-    return M > 1 ? 2.0 * (double)(M - 1) / (double)M * (double)a->P * 4.0 : 0.0;
+/* DiLoCo and DDP synchronise every H_base steps, or every step, by the same
+ * reduce-scatter + all-gather of θ's P fp32 values among the round's M
+ * members: this site (the me-th, owning `own` values) sends P - own values
+ * and its mean shard M - 1 times, 2 (M-1)/M P on average. This site's own
+ * count, not the average, is what its fp32 bytes (a->bytes_raw) are compared
+ * with: the average put DiLoCo a few bytes below them when P is not a
+ * multiple of M ("-5 B not sent" at H = H_base). */
+static double sync_bytes(const agent *a, int M, int me) {
+    if (M < 2) return 0.0;
+    size_t lo, hi;
+    al_shard_range(a->P, M, me, &lo, &hi);
+    double own = (double)(hi - lo);
+    return ((double)a->P - own + (double)(M - 1) * own) * 4.0;
 }
 
 /* Bytes since the last count: what our exchange clients sent (shards,
@@ -350,20 +359,22 @@ static double count_bytes(agent *a, double busy_s) {
     return sent;
 }
 
-/* The sites seen agreeing on the hash committed by act: this one, and every
- * peer whose latest status voted it in the round's attempt or holds it as
- * the next round's base. */
-static int agreeing(const agent *a, const al_round_action *act) {
-    int n = 1;
+/* The sites seen agreeing on the hash committed by act, by site id: this
+ * one, and every peer whose latest status voted it in the round's attempt or
+ * holds it as the next round's base. Statuses that come later add to it
+ * (ag_theta_seen): a vote after the quorum's still counts. */
+static uint64_t agreeing(const agent *a, const al_round_action *act) {
+    uint64_t mask = (uint64_t)1 << a->self;
     for (int i = 0; i < a->nsites; i++) {
         const al_round_peer *p = &a->rm.peer[i];
         if (i == a->self || !p->have) continue;
         const al_round_status *st = &p->st;
-        n += (st->round == act->round && st->epoch == act->epoch && st->vote == AL_VOTE_HASH &&
-              !memcmp(st->value.hash.b, act->hash.b, 32)) ||
-             (st->round == act->round + 1 && !memcmp(st->base.b, act->hash.b, 32));
+        if ((st->round == act->round && st->epoch == act->epoch && st->vote == AL_VOTE_HASH &&
+             !memcmp(st->value.hash.b, act->hash.b, 32)) ||
+            (st->round == act->round + 1 && !memcmp(st->base.b, act->hash.b, 32)))
+            mask |= (uint64_t)1 << i;
     }
-    return n;
+    return mask;
 }
 
 /* The eval loss of θ_global (with W > 1 the trainer only carries it), into the metrics. */
@@ -427,8 +438,11 @@ static double hidden_comm(agent *a, double t_comm) {
 static void round_metrics(agent *a, const al_commit_decision *d, int M, double t_comm,
                           double hidden) {
     al_metrics_set(&a->met, AL_M_BYTES_RAW, a->bytes_raw);
-    al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync_bytes(a, M));
-    al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync_bytes(a, M));
+    int me = 0; /* this site's place among the members: its shard */
+    while (me < M - 1 && a->cand_mem[me] != a->self) me++;
+    double sync = sync_bytes(a, M, me);
+    al_metrics_add(&a->met, AL_M_BYTES_DILOCO, (double)a->iv.steps / a->h_base * sync);
+    al_metrics_add(&a->met, AL_M_BYTES_DDP, (double)a->iv.steps * sync);
     al_metrics_add(&a->met, AL_M_SYNCS, a->sm.F ? 1.0 / a->sm.F : 1.0); /* a fragment: 1/F */
     al_metrics_add(&a->met, AL_M_SYNCS_DILOCO, (double)a->iv.steps / a->h_base);
     al_metrics_set(&a->met, AL_M_INNER_STEPS, (double)a->step);
@@ -499,7 +513,7 @@ static void round_record(agent *a, const al_round_action *act, long h_run, doubl
     rec->outer_mu = a->outer.last.mu;
     ag_hash_hex(&a->outer_h, rec->theta); /* per round: sites compare histories */
     rec->configured = a->nsites;
-    rec->agree = agreeing(a, act);
+    rec->equal = agreeing(a, act);
 }
 
 /* After a commit: the commit is persisted (hard.json; candidate.bin becomes

@@ -7,6 +7,7 @@
 #define AL_MONITOR_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 #include "al_base.h"
 
@@ -89,9 +90,14 @@ typedef struct al_round_record {
      * statistics' exchange and compute seconds (max over members) and the floor */
     double policy_comm_s, policy_compute_s, comm_floor;
     double outer_lr_scale, outer_mu;
-    char theta[65];        /* SHA-256 of θ_global after the commit ("" if unknown) */
-    int agree, configured; /* sites seen agreeing on theta (voted it, or hold it next
-                            * round), of the configured ones (0: unknown) */
+    char theta[65]; /* SHA-256 of θ_global after the commit ("" if unknown) */
+    /* agreement on theta, by configured site id (bit i: al_metrics_sites'
+     * names[i]): equal, sites seen holding it (this one, those that voted it
+     * or started the next round from it); differ, sites seen starting the
+     * next round from another θ. Kept up to date after the commit
+     * (al_metrics_theta_seen): a vote that came after the quorum still counts */
+    uint64_t equal, differ;
+    int configured; /* configured sites (0: unknown, no agreement shown) */
 } al_round_record;
 
 typedef struct al_metrics {
@@ -118,6 +124,9 @@ typedef struct al_metrics {
     int nevents;
     double started;
     char health[96]; /* the round protocol's warning ("no quorum: 1 of 3 sites reachable"), or "" */
+    double peer_reach[AL_METRICS_MAX_PEERS]; /* heartbeats: 1 answered, 0 down, NAN not known */
+    int nsites;                              /* configured sites (al_metrics_sites), 0: unknown */
+    char site_name[AL_METRICS_MAX_PEERS][32];
 } al_metrics;
 
 int al_metrics_init(al_metrics *m, const char *site, al_err *err);
@@ -129,6 +138,22 @@ void al_metrics_peer(al_metrics *m, const char *peer, double sent, double recv, 
 /* A peer's membership as this site sees it: up = 1 (in the round that just
  * committed; last seen now) or 0 (left out; last seen unchanged). */
 void al_metrics_peer_up(al_metrics *m, const char *peer, int up);
+/* A peer's heartbeats ([round] peer_timeout_s): reachable = 0 when it stopped
+ * answering, 1 when it answers again. The health line names a peer that is down. */
+void al_metrics_peer_reachable(al_metrics *m, const char *peer, int reachable);
+/* The run's configured sites, this one among them, by site id (0..n-1, at
+ * most 64): the agreement of each round and the health line name them, and
+ * the peers enter the peer table before their first contact. */
+int al_metrics_sites(al_metrics *m, const char *const *names, int n, al_err *err);
+/* Site `site` (an id of al_metrics_sites) was seen holding `hash` (SHA-256,
+ * 32 bytes) as θ_global after round `round`: definitive = 1, it started the
+ * next round from it (what it committed); 0, it voted it in that round (a
+ * vote for another hash may be a failed attempt's: it does not count). The
+ * round's record (the newest with that index) counts the site equal or
+ * differing. Returns the record's agreement as one JSON line for the event
+ * log ({"event":"agree",...}, malloc'd) when it changed, else NULL. */
+char *al_metrics_theta_seen(al_metrics *m, long round, int site, const unsigned char hash[32],
+                            int definitive);
 void al_metrics_round_duration(al_metrics *m, double seconds);
 /* The round protocol's health line ("" = healthy): in the status JSON and the dashboard. */
 void al_metrics_set_health(al_metrics *m, const char *text);
@@ -139,6 +164,23 @@ int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err);
  * counted per kind in /metrics (autoloco_events_total{kind}). Returns the
  * event as one JSON line (malloc'd; NULL if out of memory) for the event log. */
 char *al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step);
+
+/* The saving against DiLoCo at H_base and DDP, from the counters, in its
+ * parts: the policy's (DiLoCo's syncs minus ours; in bytes, DiLoCo's fp32
+ * bytes minus the fp32 bytes our shards stood for) and the codec's (those
+ * fp32 bytes minus the bytes sent). A part below zero is a cost, not a
+ * saving (the policy synced more often than H_base; framing outweighed the
+ * codec's compression): kept signed, and the page says "more". Percentages
+ * are of DiLoCo's bytes (the policy's, the total), of the fp32 bytes (the
+ * codec's) and of DDP's bytes; 0 when there is nothing to compare with. */
+typedef struct al_savings {
+    double syncs_avoided;            /* DiLoCo's syncs minus ours */
+    double policy_bytes, policy_pct; /* by the syncs avoided */
+    double codec_bytes, codec_pct;   /* by the codec */
+    double total_bytes, total_pct;   /* both, against DiLoCo */
+    double ddp_bytes, ddp_pct;       /* against DDP */
+} al_savings;
+void al_savings_of(const double v[AL_M_COUNT], al_savings *s);
 
 /* Renderings, malloc'd and NUL-terminated (NULL if out of memory). */
 char *al_metrics_prometheus(al_metrics *m);

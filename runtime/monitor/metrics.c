@@ -61,9 +61,35 @@ static int peer_index(al_metrics *m, const char *peer) {
     if (k == m->npeers && m->npeers < AL_METRICS_MAX_PEERS) {
         snprintf(m->peer[m->npeers++], sizeof m->peer[0], "%s", peer);
         m->peer_up[k] = NAN;
+        m->peer_reach[k] = NAN;
         m->peer_seen[k] = 0;
     }
     return k < m->npeers ? k : -1;
+}
+
+void al_metrics_peer_reachable(al_metrics *m, const char *peer, int reachable) {
+    pthread_mutex_lock(&m->lock);
+    int k = peer_index(m, peer);
+    if (k >= 0) m->peer_reach[k] = reachable ? 1 : 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+int al_metrics_sites(al_metrics *m, const char *const *names, int n, al_err *err) {
+    if (n < 1 || n > AL_METRICS_MAX_PEERS)
+        return al_errf(err, AL_EINVAL, "metrics: %d configured sites (need 1 to %d)", n,
+                       AL_METRICS_MAX_PEERS);
+    for (int i = 0; i < n; i++)
+        if (!names[i] || !names[i][0] || strlen(names[i]) >= sizeof m->site_name[0])
+            return al_errf(err, AL_EINVAL, "metrics: site %d's name is empty or longer than %zu", i,
+                           sizeof m->site_name[0] - 1);
+    pthread_mutex_lock(&m->lock);
+    m->nsites = n;
+    for (int i = 0; i < n; i++) {
+        snprintf(m->site_name[i], sizeof m->site_name[0], "%s", names[i]);
+        if (strcmp(names[i], m->site) != 0) peer_index(m, names[i]);
+    }
+    pthread_mutex_unlock(&m->lock);
+    return 0;
 }
 
 void al_metrics_peer_up(al_metrics *m, const char *peer, int up) {
@@ -115,6 +141,37 @@ int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err) {
     }
     pthread_mutex_unlock(&m->lock);
     return rc;
+}
+
+static json_t *agree_json(const al_metrics *m, const al_round_record *r);
+
+char *al_metrics_theta_seen(al_metrics *m, long round, int site, const unsigned char hash[32],
+                            int definitive) {
+    if (site < 0 || site >= 64) return NULL;
+    char hx[65];
+    for (int i = 0; i < 32; i++) snprintf(hx + 2 * i, 3, "%02x", hash[i]);
+    char *line = NULL;
+    pthread_mutex_lock(&m->lock);
+    al_round_record *r = NULL;
+    for (size_t i = m->nrounds; i-- > 0 && !r;)
+        if (m->rounds[i].round == round) r = &m->rounds[i];
+    if (r && r->theta[0] && r->configured > 0) {
+        uint64_t bit = (uint64_t)1 << site, eq = r->equal, df = r->differ;
+        if (!strcmp(hx, r->theta))
+            r->equal |= bit;
+        else if (definitive)
+            r->differ |= bit;
+        if (r->equal != eq || r->differ != df) {
+            json_t *o = agree_json(m, r);
+            json_object_set_new(o, "event", json_string("agree"));
+            json_object_set_new(o, "site", json_string(m->site));
+            json_object_set_new(o, "round", json_integer((json_int_t)r->round));
+            line = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+            json_decref(o);
+        }
+    }
+    pthread_mutex_unlock(&m->lock);
+    return line;
 }
 
 char *al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step) {
@@ -303,7 +360,30 @@ static json_t *num_or_null(double v) {
     return isfinite(v) ? json_real(v) : json_null();
 }
 
-static json_t *record_json(const char *site, const al_round_record *r) {
+/* A round's agreement: {"agree": equal sites, "differ": differing sites,
+ * "configured": N, "sites_equal": [...], "sites_differ": [...]} (names when
+ * the configured sites are known). Locked (or m NULL: no names). */
+static json_t *agree_json(const al_metrics *m, const al_round_record *r) {
+    json_t *o = json_object(), *eq = json_array(), *df = json_array();
+    int ne = 0, nd = 0;
+    for (int i = 0; i < 64; i++) {
+        uint64_t bit = (uint64_t)1 << i;
+        ne += (r->equal & bit) != 0;
+        nd += (r->differ & bit) != 0;
+        if (m && i < m->nsites && (r->equal & bit))
+            json_array_append_new(eq, json_string(m->site_name[i]));
+        if (m && i < m->nsites && (r->differ & bit))
+            json_array_append_new(df, json_string(m->site_name[i]));
+    }
+    json_object_set_new(o, "agree", json_integer(ne));
+    json_object_set_new(o, "differ", json_integer(nd));
+    json_object_set_new(o, "configured", json_integer(r->configured));
+    json_object_set_new(o, "sites_equal", eq);
+    json_object_set_new(o, "sites_differ", df);
+    return o;
+}
+
+static json_t *record_json(const al_metrics *m, const char *site, const al_round_record *r) {
     json_t *losses = json_object();
     for (int i = 0; i < r->nsites; i++)
         json_object_set_new(losses, r->sites[i], num_or_null(r->site_loss[i]));
@@ -316,8 +396,9 @@ static json_t *record_json(const char *site, const al_round_record *r) {
     json_object_set_new(o, "losses", losses);
     if (r->theta[0]) json_object_set_new(o, "theta", json_string(r->theta));
     if (r->configured > 0) {
-        json_object_set_new(o, "agree", json_integer(r->agree));
-        json_object_set_new(o, "configured", json_integer(r->configured));
+        json_t *ag = agree_json(m, r);
+        json_object_update(o, ag);
+        json_decref(ag);
     }
     const struct {
         const char *k;
@@ -343,14 +424,48 @@ static json_t *record_json(const char *site, const al_round_record *r) {
 }
 
 char *al_round_record_json(const char *site, const al_round_record *r) {
-    json_t *o = record_json(site, r);
+    json_t *o = record_json(NULL, site, r);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
 }
 
-static double pct_saved(double sent, double ref) {
-    return ref > 0 ? 100.0 * (1.0 - sent / ref) : 0.0;
+static double pct_of(double part, double whole) {
+    return whole > 0 ? 100.0 * part / whole : 0.0;
+}
+
+void al_savings_of(const double v[AL_M_COUNT], al_savings *s) {
+    double sent = v[AL_M_BYTES_SENT], raw = v[AL_M_BYTES_RAW], diloco = v[AL_M_BYTES_DILOCO];
+    s->syncs_avoided = v[AL_M_SYNCS_DILOCO] - v[AL_M_SYNCS];
+    s->policy_bytes = diloco - raw;
+    s->policy_pct = pct_of(s->policy_bytes, diloco);
+    s->codec_bytes = raw - sent;
+    s->codec_pct = pct_of(s->codec_bytes, raw);
+    s->total_bytes = diloco - sent;
+    s->total_pct = pct_of(s->total_bytes, diloco);
+    s->ddp_bytes = v[AL_M_BYTES_DDP] - sent;
+    s->ddp_pct = pct_of(s->ddp_bytes, v[AL_M_BYTES_DDP]);
+}
+
+/* The health line: the round protocol's warning, then every peer that is
+ * down (its heartbeats stopped) or was left out of the last round while
+ * answering, e.g. "no quorum: 1 of 3 sites reachable; b down, last round with
+ * us 41 s ago; c down, never seen". Locked. */
+static void health_text(const al_metrics *m, double now, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "%s", m->health);
+    for (int k = 0; k < m->npeers && n < cap; k++) {
+        const char *sep = n ? "; " : "";
+        if (m->peer_reach[k] == 0) {
+            if (m->peer_seen[k] > 0)
+                n += (size_t)snprintf(buf + n, cap - n, "%s%s down, last round with us %.0f s ago",
+                                      sep, m->peer[k], now - m->peer_seen[k]);
+            else
+                n += (size_t)snprintf(buf + n, cap - n, "%s%s down, never seen", sep, m->peer[k]);
+        } else if (m->peer_up[k] == 0) {
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s left out of the last round", sep,
+                                  m->peer[k]);
+        }
+    }
 }
 
 void al_metrics_set_health(al_metrics *m, const char *text) {
@@ -368,7 +483,15 @@ char *al_metrics_status_json(al_metrics *m) {
                   "syncs", (json_int_t)v[AL_M_SYNCS], "step", (json_int_t)v[AL_M_INNER_STEPS], "h",
                   (json_int_t)v[AL_M_INTERVAL], "members", (json_int_t)v[AL_M_MEMBERS]);
     json_object_set_new(o, "round", json_integer(m->nrounds ? m->rounds[m->nrounds - 1].round : 0));
-    json_object_set_new(o, "health", json_string(m->health));
+    char health[1024];
+    health_text(m, now, health, sizeof health);
+    json_object_set_new(o, "health", json_string(health));
+    json_object_set_new(o, "configured", json_integer(m->nsites));
+    json_t *names = json_array();
+    for (int i = 0; i < m->nsites; i++) json_array_append_new(names, json_string(m->site_name[i]));
+    json_object_set_new(o, "sites", names);
+    al_savings sv;
+    al_savings_of(v, &sv);
     json_object_set_new(o, "train_loss", num_or_null(v[AL_M_TRAIN_LOSS]));
     json_object_set_new(o, "eval_loss", num_or_null(v[AL_M_EVAL_LOSS]));
     const struct {
@@ -381,19 +504,19 @@ char *al_metrics_status_json(al_metrics *m) {
         {"bytes_raw", v[AL_M_BYTES_RAW]},
         {"bytes_diloco", v[AL_M_BYTES_DILOCO]},
         {"bytes_ddp", v[AL_M_BYTES_DDP]},
-        {"saved_vs_diloco_bytes", v[AL_M_BYTES_DILOCO] - v[AL_M_BYTES_SENT]},
-        {"saved_vs_ddp_bytes", v[AL_M_BYTES_DDP] - v[AL_M_BYTES_SENT]},
-        {"savings_vs_diloco_pct", pct_saved(v[AL_M_BYTES_SENT], v[AL_M_BYTES_DILOCO])},
-        {"savings_vs_ddp_pct", pct_saved(v[AL_M_BYTES_SENT], v[AL_M_BYTES_DDP])},
-        {"compression_ratio", v[AL_M_BYTES_SENT] > 0 ? v[AL_M_BYTES_RAW] / v[AL_M_BYTES_SENT] : 0},
-        /* the saving against DiLoCo in two parts: fewer syncs (DiLoCo's bytes
-         * minus the fp32 bytes our syncs stood for) and the codec (those fp32
-         * bytes minus what went on the wire) */
+        /* the saving against DiLoCo in its parts (al_savings_of): the
+         * policy's syncs avoided, the codec's bytes, both together */
         {"syncs_diloco", v[AL_M_SYNCS_DILOCO]},
-        {"syncs_avoided", v[AL_M_SYNCS_DILOCO] - v[AL_M_SYNCS]},
-        {"saved_by_syncs_bytes", v[AL_M_BYTES_DILOCO] - v[AL_M_BYTES_RAW]},
-        {"saved_by_codec_bytes", v[AL_M_BYTES_RAW] - v[AL_M_BYTES_SENT]},
-        {"saved_by_codec_pct", pct_saved(v[AL_M_BYTES_SENT], v[AL_M_BYTES_RAW])},
+        {"syncs_avoided", sv.syncs_avoided},
+        {"saved_by_syncs_bytes", sv.policy_bytes},
+        {"saved_by_syncs_pct", sv.policy_pct},
+        {"saved_by_codec_bytes", sv.codec_bytes},
+        {"saved_by_codec_pct", sv.codec_pct},
+        {"saved_vs_diloco_bytes", sv.total_bytes},
+        {"savings_vs_diloco_pct", sv.total_pct},
+        {"saved_vs_ddp_bytes", sv.ddp_bytes},
+        {"savings_vs_ddp_pct", sv.ddp_pct},
+        {"compression_ratio", v[AL_M_BYTES_SENT] > 0 ? v[AL_M_BYTES_RAW] / v[AL_M_BYTES_SENT] : 0},
         {"compute_s", v[AL_M_COMPUTE_S]},
         {"comm_s", v[AL_M_COMM_S]},
         {"wait_s", v[AL_M_WAIT_S]},
@@ -411,11 +534,12 @@ char *al_metrics_status_json(al_metrics *m) {
     for (int k = 0; k < m->npeers; k++)
         json_array_append_new(
             peers,
-            json_pack("{s:s, s:f, s:f, s:f, s:o, s:o}", "peer", m->peer[k], "sent", m->peer_sent[k],
-                      "recv", m->peer_recv[k], "throughput_Bps",
+            json_pack("{s:s, s:f, s:f, s:f, s:o, s:o, s:o}", "peer", m->peer[k], "sent",
+                      m->peer_sent[k], "recv", m->peer_recv[k], "throughput_Bps",
                       m->peer_busy_s[k] > 0 ? m->peer_sent[k] / m->peer_busy_s[k] : 0.0, "up",
-                      isnan(m->peer_up[k]) ? json_null() : json_boolean(m->peer_up[k]), "last_seen",
-                      m->peer_seen[k] > 0 ? json_real(m->peer_seen[k]) : json_null()));
+                      isnan(m->peer_up[k]) ? json_null() : json_boolean(m->peer_up[k]), "down",
+                      isnan(m->peer_reach[k]) ? json_null() : json_boolean(m->peer_reach[k] == 0),
+                      "last_seen", m->peer_seen[k] > 0 ? json_real(m->peer_seen[k]) : json_null()));
     json_object_set_new(o, "peers", peers);
     json_t *events = json_array();
     for (int i = 0; i < m->nevents; i++)
@@ -431,7 +555,7 @@ char *al_metrics_rounds_json(al_metrics *m) {
     pthread_mutex_lock(&m->lock);
     json_t *rounds = json_array(), *events = json_array();
     for (size_t i = 0; i < m->nrounds; i++)
-        json_array_append_new(rounds, record_json(m->site, &m->rounds[i]));
+        json_array_append_new(rounds, record_json(m, m->site, &m->rounds[i]));
     for (int i = 0; i < m->nevents; i++)
         json_array_append_new(events, json_loads(m->events[i], 0, NULL));
     json_t *o = json_pack("{s:s, s:o, s:o}", "site", m->site, "rounds", rounds, "events", events);
