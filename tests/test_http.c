@@ -539,6 +539,17 @@ static void test_agreement_health(void **state) {
     assert_non_null(strstr(err.msg, "site 1's name is empty"));
     assert_int_equal(al_metrics_sites(&m, bad, 0, &err), AL_EINVAL);
     assert_non_null(strstr(err.msg, "0 configured sites"));
+    /* a site name may be 64 characters long (AL_SITE_MAX), not 65 */
+    char n64[66];
+    memset(n64, 'x', 65);
+    n64[65] = '\0';
+    const char *longer[] = {"a", n64};
+    assert_int_equal(al_metrics_sites(&m, longer, 2, &err), AL_EINVAL);
+    assert_non_null(strstr(err.msg, "longer than 64"));
+    n64[64] = '\0';
+    assert_int_equal(al_metrics_sites(&m, longer, 2, &err), 0);
+    al_metrics_free(&m);
+    assert_int_equal(al_metrics_init(&m, "a", &err), 0);
     const char *names[] = {"a", "b", "c"};
     assert_int_equal(al_metrics_sites(&m, names, 3, &err), 0);
     unsigned char h[32], other[32];

@@ -69,6 +69,7 @@ typedef enum {
 
 #define AL_METRICS_MAX_PEERS 64
 #define AL_METRICS_BUCKETS   12
+#define AL_METRICS_NAME      65 /* a site's name and its NUL (AL_SITE_MAX is 64) */
 
 /* One closed round, as this site saw it. */
 typedef struct al_round_record {
@@ -102,10 +103,10 @@ typedef struct al_round_record {
 
 typedef struct al_metrics {
     pthread_mutex_t lock;
-    char site[32];
+    char site[AL_METRICS_NAME];
     double v[AL_M_COUNT];
     int npeers;
-    char peer[AL_METRICS_MAX_PEERS][32];
+    char peer[AL_METRICS_MAX_PEERS][AL_METRICS_NAME];
     double peer_sent[AL_METRICS_MAX_PEERS], peer_recv[AL_METRICS_MAX_PEERS];
     double peer_busy_s[AL_METRICS_MAX_PEERS]; /* seconds spent sending to each peer */
     double peer_up[AL_METRICS_MAX_PEERS];     /* 1 member, 0 left out, NAN not known yet */
@@ -126,7 +127,7 @@ typedef struct al_metrics {
     char health[96]; /* the round protocol's warning ("no quorum: 1 of 3 sites reachable"), or "" */
     double peer_reach[AL_METRICS_MAX_PEERS]; /* heartbeats: 1 answered, 0 down, NAN not known */
     int nsites;                              /* configured sites (al_metrics_sites), 0: unknown */
-    char site_name[AL_METRICS_MAX_PEERS][32];
+    char site_name[AL_METRICS_MAX_PEERS][AL_METRICS_NAME];
 } al_metrics;
 
 int al_metrics_init(al_metrics *m, const char *site, al_err *err);
