@@ -351,11 +351,13 @@ def tiles(url):
         return None
     want = {"syncs-avoided": signed(s1["syncs_avoided"], lambda x: fixed(x, 1), "avoided", "more than DiLoCo"),
             "policy-saved-bytes": signed(s1["saved_by_syncs_bytes"], fmt_bytes, "(fp32) not sent", "(fp32) more")
-            + " · " + signed(s1["saved_by_syncs_pct"], pct1, "of DiLoCo's bytes", "more than DiLoCo's bytes"),
+            + " · " + signed(s1["saved_by_syncs_pct"], pct1, "of DiLoCo's syncs", "more than DiLoCo's syncs"),
             "codec-saved-pct": signed(s1["saved_by_codec_pct"], pct1, "smaller", "larger"),
             "codec-saved-bytes": signed(s1["saved_by_codec_bytes"], fmt_bytes, "saved", "more (framing)"),
             "savings-diloco-pct": signed(s1["savings_vs_diloco_pct"], pct1, "saved", "more"),
-            "savings-diloco-bytes": signed(s1["saved_vs_diloco_bytes"], fmt_bytes, "saved", "more")}
+            "savings-diloco-bytes": signed(s1["saved_vs_diloco_bytes"], fmt_bytes, "saved", "more")
+            + (f" ({signed(s1['saved_other_bytes'], fmt_bytes, '(fp32) less', '(fp32) more')} from retried "
+               "exchanges and membership changes)" if abs(s1["saved_other_bytes"]) >= 0.5 else "")}
     return (s1, page) if page == want else None
 
 
@@ -507,6 +509,13 @@ def sites_run(procs, url, d):
                                             and recs[rd]["agree"] == 2 for rd, t in after):
             return health, after, peer
     got = wait_for("degraded", degraded, 60)
+    # the policy's tile stays the policy's: 0 syncs and 0 B at H = H_base,
+    # also after the attempt c's death broke (its fp32 bytes are the rest's)
+    t = wait_for("tiles", lambda: tiles(url), 15)
+    check(t and t[0]["syncs_avoided"] == 0 and t[0]["saved_by_syncs_bytes"] == 0
+          and t[1]["syncs-avoided"] == "0.0 avoided",
+          f"degraded run: the policy's tile still says {t and t[1]['syncs-avoided']!r}, "
+          f"{t and t[1]['policy-saved-bytes']!r}; together: {t and t[1]['savings-diloco-bytes']!r}")
     check(got, f"degraded run ({time.time() - t_kill:.0f} s after c was killed): health says "
           f"{got[0] if got else drv.find_element('id', 'health').text!r}; rows {got[1][:2] if got else agree_rows(drv)[:3]}; "
           f"peer table c: {got[2] if got else None}")

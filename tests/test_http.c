@@ -484,7 +484,7 @@ static void test_savings(void **state) {
     al_savings s;
     al_savings_of(v, &s);
     assert_true(s.syncs_avoided == 3);
-    assert_true(s.policy_bytes == 3000 && s.policy_pct == 20);
+    assert_true(s.policy_bytes == 3000 && s.policy_pct == 20 && s.other_bytes == 0);
     assert_true(s.codec_bytes == 9000 && s.codec_pct == 75);
     assert_true(s.total_bytes == 12000 && s.total_pct == 80);
     assert_true(s.ddp_bytes == 597000 && s.ddp_pct == 99.5);
@@ -500,8 +500,18 @@ static void test_savings(void **state) {
     v[AL_M_BYTES_RAW] = 17000;
     v[AL_M_BYTES_SENT] = 17100;
     al_savings_of(v, &s);
-    assert_true(s.syncs_avoided == -2 && s.policy_bytes == -2000);
+    assert_true(s.syncs_avoided == -2 && s.policy_bytes == -2000 && s.other_bytes == 0);
     assert_true(s.codec_bytes == -100 && s.codec_pct < 0 && s.total_bytes == -2100);
+    /* H = H_base, and an attempt that failed and was sent again (500 fp32
+     * bytes): not the policy's cost (it was, "97.96 KB (fp32) more" with 0
+     * syncs avoided after a site was killed), the rest's */
+    v[AL_M_SYNCS] = 15;
+    v[AL_M_BYTES_RAW] = 15500;
+    v[AL_M_BYTES_SENT] = 4000;
+    al_savings_of(v, &s);
+    assert_true(s.syncs_avoided == 0 && s.policy_bytes == 0 && s.policy_pct == 0);
+    assert_true(s.other_bytes == -500 && s.codec_bytes == 11500 && s.total_bytes == 11000);
+    assert_true(s.policy_bytes + s.codec_bytes + s.other_bytes == s.total_bytes);
     double zero[AL_M_COUNT] = {0};
     al_savings_of(zero, &s);
     assert_true(s.policy_pct == 0 && s.codec_pct == 0 && s.total_pct == 0 && s.ddp_pct == 0);

@@ -167,18 +167,23 @@ int al_metrics_add_round(al_metrics *m, const al_round_record *r, al_err *err);
 char *al_metrics_event(al_metrics *m, const char *kind, const char *site, long round, long step);
 
 /* The saving against DiLoCo at H_base and DDP, from the counters, in its
- * parts: the policy's (DiLoCo's syncs minus ours; in bytes, DiLoCo's fp32
- * bytes minus the fp32 bytes our shards stood for) and the codec's (those
- * fp32 bytes minus the bytes sent). A part below zero is a cost, not a
+ * parts. The policy's: DiLoCo's syncs minus ours, and the bytes that makes at
+ * DiLoCo's fp32 bytes per sync; the codec's: the fp32 bytes our shards stood
+ * for minus the bytes sent; the rest of the total (DiLoCo's fp32 bytes less
+ * the policy's part, less our fp32 bytes): the exchange attempts that failed
+ * and were sent again, and rounds whose member count moved the bytes per
+ * sync (0 in a run without either). A part below zero is a cost, not a
  * saving (the policy synced more often than H_base; framing outweighed the
- * codec's compression): kept signed, and the page says "more". Percentages
- * are of DiLoCo's bytes (the policy's, the total), of the fp32 bytes (the
- * codec's) and of DDP's bytes; 0 when there is nothing to compare with. */
+ * codec's compression; retried attempts): kept signed, and the page says
+ * "more". Percentages are of DiLoCo's syncs (the policy's), of the fp32
+ * bytes (the codec's), of DiLoCo's bytes (the total) and of DDP's bytes; 0
+ * when there is nothing to compare with. */
 typedef struct al_savings {
     double syncs_avoided;            /* DiLoCo's syncs minus ours */
     double policy_bytes, policy_pct; /* by the syncs avoided */
     double codec_bytes, codec_pct;   /* by the codec */
-    double total_bytes, total_pct;   /* both, against DiLoCo */
+    double other_bytes;              /* retried attempts, membership changes */
+    double total_bytes, total_pct;   /* all, against DiLoCo */
     double ddp_bytes, ddp_pct;       /* against DDP */
 } al_savings;
 void al_savings_of(const double v[AL_M_COUNT], al_savings *s);

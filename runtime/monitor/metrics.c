@@ -437,8 +437,10 @@ static double pct_of(double part, double whole) {
 void al_savings_of(const double v[AL_M_COUNT], al_savings *s) {
     double sent = v[AL_M_BYTES_SENT], raw = v[AL_M_BYTES_RAW], diloco = v[AL_M_BYTES_DILOCO];
     s->syncs_avoided = v[AL_M_SYNCS_DILOCO] - v[AL_M_SYNCS];
-    s->policy_bytes = diloco - raw;
-    s->policy_pct = pct_of(s->policy_bytes, diloco);
+    double per_sync = v[AL_M_SYNCS_DILOCO] > 0 ? diloco / v[AL_M_SYNCS_DILOCO] : 0;
+    s->policy_bytes = s->syncs_avoided * per_sync;
+    s->policy_pct = pct_of(s->syncs_avoided, v[AL_M_SYNCS_DILOCO]);
+    s->other_bytes = diloco - raw - s->policy_bytes;
     s->codec_bytes = raw - sent;
     s->codec_pct = pct_of(s->codec_bytes, raw);
     s->total_bytes = diloco - sent;
@@ -512,6 +514,7 @@ char *al_metrics_status_json(al_metrics *m) {
         {"saved_by_syncs_pct", sv.policy_pct},
         {"saved_by_codec_bytes", sv.codec_bytes},
         {"saved_by_codec_pct", sv.codec_pct},
+        {"saved_other_bytes", sv.other_bytes},
         {"saved_vs_diloco_bytes", sv.total_bytes},
         {"savings_vs_diloco_pct", sv.total_pct},
         {"saved_vs_ddp_bytes", sv.ddp_bytes},
