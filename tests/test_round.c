@@ -2,15 +2,22 @@
  * checks, a few direct cases, and a deterministic simulation: M sites, each
  * running the machine, over the simulated network of round_simnet.c that
  * drops, delays, duplicates, reorders and partitions messages, with crashes
- * (also between two actions of one step), restarts from the persisted commit
- * and vote, and corrupted θ. θ is a hash: the candidate of round r from base b
- * with members S is mix(b, r, S). After every event the invariants are checked:
+ * (of one site, also between two actions of one step or inside an apply; of
+ * every site at once), restarts from what the agent persists (round_disk.c over
+ * runtime/round/hard.c: the record, candidate and commit files, checkpoints),
+ * also from a checkpoint older than the newest, and corrupted θ. θ is a hash:
+ * the candidate of round r from base b with members S is mix(b, r, S). After
+ * every event the invariants are checked:
  *   (a) no two sites commit different hashes for one round;
  *   (b) every commit had a quorum of votes for its hash in one (round, epoch);
  *   (d) no site votes twice in one (round, epoch); a site applies only the
  *       candidate it computed and adopts only what it pulled;
  *   (m) while partitioned, a side smaller than the quorum commits no new round;
  *   (t) a peer silent for peer_timeout_s is dropped within peer_timeout_s + 1 s;
+ *   (p) a restart finds on its disk what the agent would need to start: the
+ *       record reads back from its text, each replayed commit file holds what
+ *       the log says, a commit file taken holds the record's base, the held
+ *       candidate's file holds the hash voted for;
  * and at the end of each schedule (after the faults stop):
  *   (c) all sites were together at a round >= 3 past the one at the heal, on
  *       the same base, and no corrupted θ is left. With AL_ROUND_DEAD=1, the
@@ -27,6 +34,7 @@
 #include <string.h>
 
 #include "al_round.h"
+#include "round_disk.h"
 #include "round_simnet.h"
 
 #define MAXR 2048
@@ -34,9 +42,12 @@
 static const char *prog = "test_round"; /* for the replay line */
 #define TICK_S 0.5
 
-/* F_CRASH_ALL: every site at the same instant (a power cut of the whole run);
- * each restarts from its hard state, as the agent does (runtime/agent/agent_hard.c:
- * the commit at every apply and adopt, the vote with its candidate) */
+/* Every restart reads the site's disk as the agent does (round_disk.c over
+ * runtime/round/hard.c: the record, candidate.bin, commit-R.bin, checkpoints).
+ * F_CRASH_ALL: every site at the same instant (a power cut of the whole run),
+ * each back from its newest checkpoint or, one in two, an older one; F_STALE:
+ * one site back from an older checkpoint than its newest (its hard state and
+ * commit files kept, as test_durable.sh section 3 does to the agent) */
 enum {
     F_PARTITION,
     F_HEAL,
@@ -46,14 +57,9 @@ enum {
     F_CUT,
     F_UNCUT,
     F_CRASH_ALL,
+    F_STALE,
     F_NFAULTS
 };
-/* round_bug4: the commit persisted only at checkpoints (every 3 rounds), as
- * the agent did before issue 31: a restart goes back to an older commit */
-#ifndef AL_ROUND_BUG
-#define AL_ROUND_BUG 0
-#endif
-#define PERSIST_COMMIT(round) (AL_ROUND_BUG != 4 || (round) % 3 == 0)
 
 static al_round_hash hmk(uint64_t x) {
     al_round_hash h;
@@ -80,7 +86,8 @@ static uint64_t mix(uint64_t a, uint64_t b) { /* splitmix64's finaliser over a a
 typedef struct site {
     al_round m;
     int up, inc, crash_mid; /* crash_mid >= 0: crash before that many more actions */
-    al_round_start disk;    /* what survives a crash */
+    int stale;              /* its restart goes back to an older checkpoint */
+    rd_disk disk;           /* what survives a crash */
     al_round_hash theta, pulled, fetched;
     long fetched_round;
     int cand_ok;
@@ -106,6 +113,8 @@ typedef struct vote_rec {
 typedef struct counts {
     long schedules, events, commits, adopts, repairs, crashes, partitions, corrupts, drops;
     long reloads, fetches, carried;
+    long stale, replays, takes, torn; /* restarts from an older checkpoint; how they caught up */
+    long short_served, sync_gave_up;  /* sources that served less than announced; pulls given up */
     long sent, lost, dups;
     uint64_t max_epoch;
     int max_queue; /* the most actions one event left in a machine's queue */
@@ -219,8 +228,9 @@ static void push(world *w, int kind, int i, double dt, sn_event e) {
     sn_push(&w->heap, &e);
 }
 
-static void crash(world *w, int i, double down) {
+static void crash(world *w, int i, double down, int stale) {
     site *s = &w->s[i];
+    s->stale = stale;
     s->up = 0;
     s->inc++;
     s->xch = s->cand_ok = 0;
@@ -230,9 +240,11 @@ static void crash(world *w, int i, double down) {
     push(w, SN_RESTART, i, down, (sn_event){0});
 }
 
-static void act(world *w, int i, const al_round_action *a) {
+/* Carry out action a of site i; torn: an apply the site dies in the middle of. */
+static void act(world *w, int i, const al_round_action *a, int torn) {
     site *s = &w->s[i];
     sn_event e = {0};
+    char why[200];
     if (a->type != AL_ACT_SEND_STATUS && a->type != AL_ACT_SEND_STATS && a->type != AL_ACT_LOG)
         trace(w, i, SN_NKINDS + (int)a->type, a->peer, a->round, (long)a->epoch);
     switch (a->type) {
@@ -272,32 +284,26 @@ static void act(world *w, int i, const al_round_action *a) {
         e.st.base = s->theta; /* the θ_global it was computed from */
         push(w, SN_CAND, i, sn_uniform(&w->rng, 0.05, 0.3), e);
         break;
-    case AL_ACT_PERSIST_VOTE:
+    case AL_ACT_PERSIST_VOTE:                              /* ag_vote_save */
         if (a->vote != AL_VOTE_NONE) record_vote(w, i, a); /* NONE: a promise only */
-        s->disk.last = a->rec;
-        /* its candidate is persisted with a vote for it (a carried vote is for a
-         * value this site may not hold) */
-        if (a->vote == AL_VOTE_HASH && s->cand_ok && s->cand_round == a->round &&
-            heq(&s->cand, &a->hash)) {
-            s->disk.held_round = a->round;
-            s->disk.held = a->rec.value;
-        }
+        rd_vote(&s->disk, &a->rec, s->cand_ok && s->cand_round == a->round ? &s->cand : NULL);
         break;
     case AL_ACT_APPLY:
         if (!s->cand_ok || s->cand_round != a->round || !heq(&s->cand, &a->hash))
             return fail_inv(w, "(d) site %d applied %016llx in round %ld, not its candidate", i,
                             (unsigned long long)hval(&a->hash), a->round);
         s->theta = a->hash;
-        if (PERSIST_COMMIT(a->round + 1)) {
-            s->disk.round = a->round + 1;
-            s->disk.base = a->hash;
+        if (rd_apply(&s->disk, a->round, &a->hash, a->members, torn, why, sizeof why))
+            return fail_inv(w, "site %d: %s", i, why);
+        if (torn) { /* between the rename of candidate.bin and the record */
+            w->c.torn++;
+            return crash(w, i, sn_uniform(&w->rng, 0.5, 10), 0);
         }
         w->c.commits++;
         commit(w, i, a->round, &a->hash, a->round + 1);
         break;
-    case AL_ACT_REVERT:
+    case AL_ACT_REVERT: /* (the agent persists nothing: the held candidate stays) */
         s->cand_ok = 0;
-        s->disk.held_round = -1;
         break;
     case AL_ACT_SYNC:
         e.from = a->peer;
@@ -321,22 +327,22 @@ static void act(world *w, int i, const al_round_action *a) {
         if (!heq(&a->hash, &s->pulled))
             return fail_inv(w, "(d) site %d adopted a state it did not pull", i);
         w->c.adopts++;
-        w->c.repairs += a->round == s->disk.round;
+        w->c.repairs += a->round == s->disk.hard.committed;
         s->theta = a->hash;
-        if (PERSIST_COMMIT(a->round)) {
-            s->disk.round = a->round;
-            s->disk.base = a->hash;
-        }
+        if (rd_adopt(&s->disk, a->round, &a->hash, why, sizeof why))
+            return fail_inv(w, "site %d: %s", i, why);
         if (a->round > 0) commit(w, i, a->round - 1, &a->hash, a->round);
         break;
     case AL_ACT_RELOAD: /* the persisted commit, unless the disk copy is bad too (1 in 4) */
-        e.hash = al_rng_below(&w->rng, 4) ? s->disk.base : hmk(mix(hval(&s->disk.base), 0xd15c));
+        e.hash = al_rng_below(&w->rng, 4) ? s->disk.hard.base
+                                          : hmk(mix(hval(&s->disk.hard.base), 0xd15c));
         push(w, SN_RELOADED, i, sn_uniform(&w->rng, 0.1, 0.3), e);
         break;
     case AL_ACT_DROP:
         w->c.drops++;
         break;
     case AL_ACT_LOG:
+        w->c.sync_gave_up += strstr(a->text, ": back to the round") != NULL;
         if (w->verbose) printf("    t=%8.3f site %d log: %s\n", w->now, i, a->text);
         break;
     }
@@ -350,27 +356,47 @@ static void feed(world *w, int i, al_round_event ev) {
     if (s->m.nout > w->c.max_queue) w->c.max_queue = s->m.nout;
     if (s->m.lost) fail_inv(w, "site %d lost %d actions to a full queue", i, s->m.lost);
     int n = al_round_ready(&s->m, acts, AL_ROUND_MAX_ACTIONS);
-    for (int k = 0; k < n && !w->failed; k++) {
-        if (s->crash_mid == 0) return crash(w, i, sn_uniform(&w->rng, 0.5, 10));
+    for (int k = 0; k < n && !w->failed && s->up; k++) {
+        int torn = 0;
+        if (s->crash_mid == 0) { /* an apply dies half done one time in two */
+            if (acts[k].type != AL_ACT_APPLY || al_rng_below(&w->rng, 2))
+                return crash(w, i, sn_uniform(&w->rng, 0.5, 10), 0);
+            torn = 1;
+        }
         if (s->crash_mid > 0) s->crash_mid--;
-        act(w, i, &acts[k]);
+        act(w, i, &acts[k], torn);
     }
 }
 
+/* Site i (re)starts from its disk, as the agent's --resume (rd_restart: the
+ * record, the checkpoint, the commit and candidate files); a stale restart
+ * from a checkpoint older than its newest. */
 static void start_site(world *w, int i) {
     site *s = &w->s[i];
     al_round_cfg cfg = w->cfg;
     cfg.self = i;
     cfg.incarnation = ++s->lives; /* greater at every start, as the agent's */
+    int k = -1;
+    if (s->stale && s->disk.nckpt > 1) {
+        k = (int)al_rng_below(&w->rng, (uint64_t)s->disk.nckpt - 1);
+        w->c.stale++;
+    }
+    s->stale = 0;
+    al_round_start st;
+    int plan = 0;
+    char why[200];
+    if (rd_restart(&s->disk, k, &st, &s->theta, &plan, why, sizeof why))
+        return fail_inv(w, "(p) site %d cannot restart: %s", i, why);
+    w->c.replays += plan == AL_HARD_REPLAY;
+    w->c.takes += plan == AL_HARD_TAKE;
     al_err err;
-    if (al_round_init(&s->m, &cfg, &s->disk, w->now, &err))
+    if (al_round_init(&s->m, &cfg, &st, w->now, &err))
         return fail_inv(w, "site %d could not restart: %s", i, err.msg);
     s->up = 1;
     s->crash_mid = -1;
-    s->theta = s->disk.base; /* θ_global as persisted with the commit */
-    s->cand_ok = s->disk.held_round == s->disk.round;
-    s->cand_round = s->disk.held_round;
-    s->cand = s->disk.held.hash;
+    s->cand_ok = st.held_round == st.round; /* the candidate voted for, restored */
+    s->cand_round = st.held_round;
+    s->cand = st.held.hash;
     for (int j = 0; j < w->n; j++) s->heard[j] = w->now;
 }
 
@@ -416,6 +442,9 @@ static void sync_answer(world *w, const sn_event *e) {
         ev.round = src->m.round;
         ev.hash = src->m.base;
         w->s[i].pulled = ev.hash;
+    } else if (src->up && sn_link_up(&w->net, i, p)) {
+        ev.short_served = 1; /* a state that does not hash to what it announced */
+        w->c.short_served++;
     }
     feed(w, i, ev);
 }
@@ -441,7 +470,7 @@ static void fetch_answer(world *w, const sn_event *e) {
 static void recompute_caps(world *w) {
     w->cap[0] = w->cap[1] = 0;
     for (int i = 0; i < w->n; i++) {
-        long r = w->s[i].up ? w->s[i].m.round : w->s[i].disk.round;
+        long r = w->s[i].up ? w->s[i].m.round : w->s[i].disk.hard.committed;
         int g = w->net.group[i];
         if (r + 1 > w->cap[g]) w->cap[g] = r + 1;
     }
@@ -465,11 +494,14 @@ static void fault(world *w, const sn_event *e) {
         w->partitioned = 0;
         break;
     case F_CRASH:
-        if (s->up) crash(w, e->a, e->dur);
+        if (s->up) crash(w, e->a, e->dur, 0);
+        break;
+    case F_STALE:
+        if (s->up) crash(w, e->a, e->dur, 1);
         break;
     case F_CRASH_ALL:
         for (int i = 0; i < w->n; i++)
-            if (w->s[i].up) crash(w, i, e->dur);
+            if (w->s[i].up) crash(w, i, e->dur, (int)al_rng_below(&w->rng, 2));
         break;
     case F_CRASH_MID:
         if (s->up) s->crash_mid = (int)al_rng_below(&w->rng, 12);
@@ -496,7 +528,7 @@ static void quiesce(world *w) {
     w->net.drop = 0;
     for (int i = 0; i < w->n; i++) {
         w->s[i].crash_mid = -1;
-        if (i == w->dead && w->s[i].up) crash(w, i, 1e9);
+        if (i == w->dead && w->s[i].up) crash(w, i, 1e9, 0);
         if (i != w->dead && !w->s[i].up) start_site(w, i);
     }
     w->r_quiesce = 0;
@@ -555,7 +587,7 @@ static void dispatch(world *w, const sn_event *e) {
     case SN_RELOADED:
         if (!mine) break;
         s->theta = e->hash;
-        w->c.reloads += heq(&e->hash, &s->disk.base);
+        w->c.reloads += heq(&e->hash, &s->disk.hard.base);
         feed(w, e->site, (al_round_event){.type = AL_EV_RELOADED, .hash = e->hash});
         break;
     case SN_FAULT:
@@ -627,8 +659,8 @@ static void setup(world *w, uint64_t seed) {
     w->t_end = w->t_quiesce + 45;
     for (int i = 0; i < w->n; i++) {
         memset(&w->s[i], 0, sizeof w->s[i]);
-        w->s[i].disk =
-            (al_round_start){.round = 0, .base = hmk(GENESIS), .last.round = -1, .held_round = -1};
+        al_round_hash genesis = hmk(GENESIS);
+        rd_init(&w->s[i].disk, &genesis);
         start_site(w, i);
         push(w, SN_TICK, i, sn_uniform(&w->rng, 0, TICK_S), (sn_event){0});
     }
@@ -711,10 +743,13 @@ static void simulate(int kind) {
         "  %s: %ld schedules in %.1f s wall, %ld events; %ld commits, %ld pulls (%ld "
         "repairs), %ld reloads, %ld crashes, %ld partitions, %ld corruptions, %ld peer drops, "
         "epoch max %llu, %ld values carried (%ld fetched); %ld messages, %ld lost, %ld "
-        "duplicated\n",
+        "duplicated; %ld restarts from an older checkpoint, %ld replays of the commit log, %ld "
+        "commits taken from a commit file, %ld applies torn; %ld pulls served short, %ld pulls "
+        "given up\n",
         CONFIG_NAMES[kind], c.schedules, al_now() - t0, c.events, c.commits, c.adopts, c.repairs,
         c.reloads, c.crashes, c.partitions, c.corrupts, c.drops, (unsigned long long)c.max_epoch,
-        c.carried, c.fetches, c.sent, c.lost, c.dups);
+        c.carried, c.fetches, c.sent, c.lost, c.dups, c.stale, c.replays, c.takes, c.torn,
+        c.short_served, c.sync_gave_up);
     if (kind == 3)
         print_message("  at most %d actions queued by one event (the queue holds %d), none lost\n",
                       c.max_queue, AL_ROUND_MAX_ACTIONS);
@@ -1219,12 +1254,89 @@ static void test_queue_overflow(void **st) {
     free(ok);
 }
 
+/* Site 0 at round 4; sites 1 and 2 announce round 6 and serve less (a state
+ * that does not fit, an older round): neither is asked again for that goal,
+ * and with no source left for AL_ROUND_SYNC_BEATS heartbeats the site goes
+ * back to the round, saying so; there, a peer still ahead is asked again. */
+static void test_sync_short(void **st) {
+    (void)st;
+    al_round_start s = START;
+    s.round = 4;
+    al_round *m = new_machine(&GOOD, &s);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    al_round_status ahead = {.round = 6, .base = hmk(7), .inc = 1};
+    al_round_event ev = {.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = ahead};
+    int n = feed_all(m, ev, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC)); /* ahead: its state is pulled */
+    assert_int_equal(x->peer, 1);
+    ev.peer = 2;
+    feed_all(m, ev, a);
+    al_round_event bad = {.type = AL_EV_SYNC_FAILED, .now = 0.3, .peer = 1, .short_served = 1};
+    feed_all(m, bad, a);
+    n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = 1.4}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    assert_int_equal(x->peer, 2);
+    al_round_event older = {.type = AL_EV_SYNCED, .now = 1.6, .peer = 2, .round = 3};
+    n = feed_all(m, older, a); /* round 3: less than the 6 it announced */
+    assert_null(find_act(a, n, AL_ACT_ADOPT));
+    int syncs = 0, back = 0;
+    double t_back = 0;
+    for (double t = 1.7; t < 8.5 && !back; t += 0.1) { /* both keep announcing round 6 */
+        ev.now = t;
+        for (int p = 1; p <= 2 && !back; p++) {
+            ev.peer = p;
+            n = feed_all(m, ev, a);
+            for (int i = 0; i < n; i++)
+                if (a[i].type == AL_ACT_LOG && strstr(a[i].text, "back to the round")) {
+                    back = 1;
+                    t_back = t;
+                    print_message("  %s\n", a[i].text);
+                    assert_non_null(
+                        strstr(a[i].text, "served less than announced: site 1, site 2"));
+                }
+            if (!back) syncs += find_act(a, n, AL_ACT_SYNC) != NULL;
+        }
+    }
+    assert_int_equal(syncs, 0); /* neither asked again, though each was tried once only */
+    assert_true(back);
+    /* (the next source is looked for a heartbeat after the short answer: from
+     * then on, none is found) */
+    double t_none = 1.6 + GOOD.heartbeat_s, beats = AL_ROUND_SYNC_BEATS * GOOD.heartbeat_s;
+    assert_true(t_back >= t_none + beats - 0.05 && t_back <= t_none + beats + 0.15);
+    /* back in the round: a peer still ahead, so its state is asked for again */
+    n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t_back + 0.05}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    /* within that goal both serve short again; then 2 restarts: another start
+     * is another state to serve, so it is asked */
+    double t = t_back + 0.2;
+    feed_all(m, (al_round_event){.type = AL_EV_SYNC_FAILED, .now = t, .peer = 1, .short_served = 1},
+             a);
+    n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t + 1.1}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    assert_int_equal(x->peer, 2);
+    feed_all(
+        m,
+        (al_round_event){.type = AL_EV_SYNC_FAILED, .now = t + 1.2, .peer = 2, .short_served = 1},
+        a);
+    n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t + 2.3}, a);
+    assert_null(find_act(a, n, AL_ACT_SYNC));
+    al_round_status again = ahead;
+    again.inc = 2;
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = t + 2.4, .peer = 2, .st = again},
+                 a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    assert_int_equal(x->peer, 2);
+    free(m);
+}
+
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
         cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
         cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
-        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_queue_overflow)
+        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_queue_overflow),            \
+        cmocka_unit_test(test_sync_short)
 
 int main(int argc, char **argv) {
     prog = argv[0];

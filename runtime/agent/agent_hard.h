@@ -3,7 +3,8 @@
  * argument assumes a site never forgets, written atomically (a temporary
  * file, fsync, rename, fsync of the folder) before any status or action can
  * show it:
- *   hard.json       the record (ag_hard in agent_impl.h): the committed round
+ *   hard.json       the record (al_hard, runtime/round/hard.c: its fields, how
+ *                   each action changes it, its text): the committed round
  *                   and its base hash, step, H and policy state; the log of
  *                   the rounds committed since the last checkpoint; the last
  *                   vote and promise; the candidate a hash vote names

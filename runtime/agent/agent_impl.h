@@ -120,30 +120,6 @@ typedef struct ag_snapshot {
     int refs;   /* replies streaming it (under mu); freed at 0 once superseded */
 } ag_snapshot;
 
-/* The round protocol's hard state (agent_hard.c writes it to hard.json
- * before anything shows it): what the machine's safety argument assumes a
- * site never forgets, across crashes and restarts from older checkpoints. */
-#define AG_HARD_LOG 64
-typedef struct ag_hard_entry {
-    long round;         /* committed ... */
-    al_round_hash hash; /* ... with this θ_global (the base of round + 1) */
-    long h, step;       /* the interval it trained and the inner steps after it */
-    uint32_t members;
-} ag_hard_entry;
-typedef struct ag_hard {
-    long committed;                 /* the round after the last committed one (-1: none) */
-    al_round_hash base;             /* θ_global it starts from (commit-<committed>.bin) */
-    long step, h;                   /* inner steps done at its start, and its H */
-    char policy[2048];              /* the policy's state then */
-    ag_hard_entry log[AG_HARD_LOG]; /* committed rounds since the last checkpoint */
-    int nlog;
-    al_round_vote vote;     /* the last vote and promise (round -1: none) */
-    long held_round;        /* the candidate of that round's last hash vote (-1: none), */
-    al_round_value held;    /* in candidate.bin, with the decision it came with: */
-    long held_h_next;       /* the next H, */
-    char held_policy[2048]; /* the policy's state after it */
-} ag_hard;
-
 typedef struct agent {
     const al_config *cfg;
     al_log log;
@@ -187,7 +163,7 @@ typedef struct agent {
     al_quorum quorum;                 /* [round] quorum */
     const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
     int resumed;                      /* started with --resume: the persisted vote counts */
-    ag_hard hard;                     /* the hard state as on disk (agent_hard.c) */
+    al_hard hard;                     /* the hard state as on disk (agent_hard.c) */
     int finished;                     /* the last commit is done (budget or signal): linger */
     double linger_until;              /* ... until the peers saw it, at most this long */
     al_outer cand;                    /* the candidate outer state beside a->outer */

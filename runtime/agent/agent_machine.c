@@ -126,17 +126,15 @@ void ag_feed(agent *a, al_round_event *ev) {
  * with the decision that came with it: a quorum of voters is then a quorum of
  * durable copies of what they commit. */
 int ag_vote_save(agent *a, const al_round_vote *v, al_err *err) {
-    ag_hard *h = &a->hard;
+    al_hard *h = &a->hard;
+    int holds = al_hard_vote_holds(h, v, a->have_cand ? &a->cand_h : NULL);
+    char pol[AL_HARD_POLICY] = "";
     int rc = 0;
-    if (v->vote == AL_VOTE_HASH && a->have_cand && !memcmp(a->cand_h.b, v->value.hash.b, 32) &&
-        (h->held_round != v->round || memcmp(h->held.hash.b, v->value.hash.b, 32))) {
+    if (holds) {
         if ((rc = ag_hard_save_candidate(a, err))) return rc;
-        h->held_round = v->round;
-        h->held = v->value;
-        h->held_h_next = (long)a->cand_d.h_next;
-        al_policy_save(a->pol, h->held_policy, sizeof h->held_policy); /* (after the decision) */
+        al_policy_save(a->pol, pol, sizeof pol); /* (after the decision) */
     }
-    h->vote = *v;
+    al_hard_vote(h, v, holds, (long)a->cand_d.h_next, pol);
     rc = ag_hard_save(a, err);
     return rc ? al_err_prefix(err, "persisting the vote of round %ld", v->round) : 0;
 }
@@ -190,27 +188,24 @@ static int commit_load(agent *a, long round, const al_round_hash *want, al_err *
  * missing (a checkpoint older than the log, overlap, streaming) it takes
  * commit-<R>.bin as θ_global directly, as a pull would, and says so. Either
  * way no round below R is decided again. */
+static int has_commit(void *ctx, long round) {
+    char p[4300];
+    ag_hard_path(ctx, NULL, round, p, sizeof p);
+    return access(p, R_OK) == 0;
+}
+
 static int reconcile(agent *a, al_err *err) {
-    ag_hard *h = &a->hard;
+    al_hard *h = &a->hard;
     long c = a->round;
-    if (h->committed < 0) return 0;
-    if (h->committed < c) { /* a checkpoint is written after its commit is: not expected */
+    al_hard_plan_kind plan =
+        al_hard_plan(h, c, !a->overlap && !a->sm.F && a->iv.steps == 0, has_commit, a);
+    if (plan == AL_HARD_AHEAD) /* a checkpoint is written after its commit is: not expected */
         al_logf(&a->log, AL_LOG_WARN,
                 "site %s: the checkpoint (round %ld) is ahead of the hard state (round %ld): "
                 "going on from the checkpoint",
                 a->name[a->self], c, h->committed);
-        return 0;
-    }
-    if (h->committed == c) return 0;
-    int replay = !a->overlap && !a->sm.F && a->iv.steps == 0;
-    for (long r = c; replay && r < h->committed; r++) {
-        const ag_hard_entry *e = NULL;
-        for (int i = 0; i < h->nlog; i++)
-            if (h->log[i].round == r) e = &h->log[i];
-        char p[4300];
-        ag_hard_path(a, NULL, r + 1, p, sizeof p);
-        if (!e || e->h < 1 || access(p, R_OK) != 0) replay = 0;
-    }
+    if (plan == AL_HARD_AT || plan == AL_HARD_AHEAD) return 0;
+    int replay = plan == AL_HARD_REPLAY;
     int rc = 0;
     if (replay) {
         al_logf(&a->log, AL_LOG_INFO,
@@ -218,9 +213,7 @@ static int reconcile(agent *a, al_err *err) {
                 "this site's intervals of rounds %ld..%ld from the commit log",
                 a->name[a->self], c, h->committed, c, h->committed - 1);
         for (long r = c; r < h->committed && rc == 0; r++) {
-            const ag_hard_entry *e = NULL;
-            for (int i = 0; i < h->nlog; i++)
-                if (h->log[i].round == r) e = &h->log[i];
+            const al_hard_entry *e = al_hard_entry_of(h, r);
             memset(&a->iv, 0, sizeof a->iv);
             rc = ag_interval_run(a, r, e->h, &a->iv, &a->step, err);
             if (rc == 0 && a->step != e->step)
@@ -268,13 +261,14 @@ static int reconcile(agent *a, al_err *err) {
  * it came with, so that the machine can apply it when the votes show its
  * commit (rather than ask peers for a state none may have yet). */
 static int restore_candidate(agent *a, al_round_start *st, al_err *err) {
-    ag_hard *h = &a->hard;
-    if (h->held_round != a->round) return 0;
+    al_hard *h = &a->hard;
+    if (st->held_round != a->round) return 0;
     if (a->overlap || a->sm.F) { /* (not yet: the interval beside the round is not replayed) */
         al_logf(&a->log, AL_LOG_WARN,
                 "site %s: round %ld: the candidate voted for is not restored with [outer] "
                 "overlap = %s: the committed state is pulled",
                 a->name[a->self], a->round, al_overlap_name(a->overlap));
+        st->held_round = -1;
         return 0;
     }
     char p[4300];
@@ -315,8 +309,6 @@ static int restore_candidate(agent *a, al_round_start *st, al_err *err) {
         return al_err_prefix(err, "round %ld: replaying the interval voted on", a->round);
     a->iv_h = a->h;
     a->have_cand = 1;
-    st->held_round = a->round;
-    st->held = h->held;
     al_logf(&a->log, AL_LOG_INFO, "site %s: round %ld: holding the candidate voted for (%s)",
             a->name[a->self], a->round, p);
     return 0;
@@ -350,24 +342,19 @@ int ag_machine_init(agent *a, al_err *err) {
     al_logf(&a->log, AL_LOG_INFO, "site %s: incarnation %016llx", a->name[a->self],
             (unsigned long long)rc.incarnation);
     al_round_start st;
-    memset(&st, 0, sizeof st);
-    st.last.round = -1;
-    st.held_round = -1;
     int r = 0;
     if (a->resumed) { /* the hard state: a record that exists must be whole */
         r = ag_hard_load(a, err);
         if (r < 0) return r;
         if (r == 1) vote_load_legacy(a, &a->hard.vote);
         if ((r = reconcile(a, err))) return r;
-        if (a->hard.vote.round >= a->round) st.last = a->hard.vote;
-        if ((r = restore_candidate(a, &st, err))) return r;
     } else { /* a fresh start: a new record (the old one's votes are forgotten) */
-        memset(&a->hard, 0, sizeof a->hard);
-        a->hard.vote.round = -1;
-        a->hard.held_round = -1;
+        al_hard_clear(&a->hard, a->run_hash);
     }
-    st.round = a->round;
-    ag_outer_hash(a, &st.base, 1);
+    al_round_hash base;
+    ag_outer_hash(a, &base, 1);
+    al_hard_start(&a->hard, a->round, &base, &st);
+    if (a->resumed && (r = restore_candidate(a, &st, err))) return r;
     if (a->hard.committed != a->round) { /* the start is a commit too (round 0, a checkpoint) */
         if ((r = ag_hard_commit(a, 0, 0, 0, err))) return r;
     }

@@ -4,6 +4,11 @@
  *                  commits (round.c; model-checked by tests/test_round.c)
  *   the arithmetic the members' pseudo-gradients into one outer step, shared
  *                  by the agent and the simulator (commit.c)
+ *   the hard state what a site must never forget across a crash (votes, the
+ *                  candidate a hash vote names, commits): the record, when
+ *                  it changes, its text and how a restart reads it (hard.c;
+ *                  the agent writes it to disk, tests/test_round.c keeps it
+ *                  on its simulated disk)
  * Uses base/, outer/ and policies/ only; knows no network, thread or file.
  */
 #ifndef AL_ROUND_H
@@ -79,6 +84,8 @@
 
 #define AL_ROUND_MAX_SITES   16
 #define AL_ROUND_MAX_ACTIONS (8 * AL_ROUND_MAX_SITES + 32)
+/* In sync, no source for the goal this many heartbeats: back to the round. */
+#define AL_ROUND_SYNC_BEATS 5
 
 /* [round] quorum: how many of the configured sites must vote for a hash.
  * `any` lets each side of a partition commit its own history (unsafe). */
@@ -177,6 +184,10 @@ typedef struct al_round_event {
     al_round_hash hash;
     al_round_hash theta;
     al_round_status st;
+    /* AL_EV_SYNC_FAILED: 1 when the source answered with less than it
+     * announced (a state that does not fit, or not the round or hash its
+     * status showed): not asked again for this goal; 0: no answer */
+    int short_served;
 } al_round_event;
 
 #define AL_ROUND_ACTIONS(X)                                                                        \
@@ -289,6 +300,8 @@ typedef struct al_round {
     double t_sync;        /* next attempt to pick a source */
     int sync_peer;        /* -1: no pull in flight */
     uint32_t sync_tried;  /* sources that failed this goal, tried again only after the others */
+    uint32_t sync_short;  /* sources that served less than they announced: not asked again */
+    double t_nosrc;       /* since then no source for the goal was found (0: one was) */
     long sync_round;      /* pull goal: a state at sync_round or later, */
     int sync_check;       /* ... and if at sync_round, with sync_hash */
     al_round_hash sync_hash;
@@ -324,6 +337,106 @@ int al_round_overflow(const al_round *m, al_err *err);
 void al_round_status_get(const al_round *m, al_round_status *st);
 /* Live peers + this site. */
 int al_round_reachable(const al_round *m);
+
+/*
+ * The hard state -- what the protocol's safety argument assumes a site never
+ * forgets (issue 31; docs/ARCHITECTURE.md, "Durable rounds"): the committed
+ * round and its base, the last vote and promise, the candidate a hash vote
+ * names, and the log of commits since the last checkpoint. Pure: the caller
+ * does the I/O (runtime/agent/agent_hard.c: hard.json, candidate.bin,
+ * commit-R.bin, each written atomically) and the simulation of
+ * tests/test_round.c keeps the same record on its simulated disk, changed by
+ * the same calls at the same actions:
+ *
+ *   AL_ACT_PERSIST_VOTE  al_hard_vote_holds (1: the caller writes the
+ *                        candidate first), then al_hard_vote, then the record
+ *   AL_ACT_APPLY/ADOPT,  the commit file (the candidate's, renamed when
+ *   a start at a round   al_hard_commit_renames, or θ_global written anew),
+ *                        then al_hard_commit, then the record
+ *   a checkpoint at c    al_hard_prune(c), then the record; commit files < c go
+ *   --resume             al_hard_decode, al_hard_plan (checkpoint round c vs
+ *                        the record), then al_hard_start for the machine
+ */
+#define AL_HARD_LOG     64   /* commits kept in the log (since the last checkpoint) */
+#define AL_HARD_POLICY  2048 /* a policy's saved state (al_policy_save) */
+#define AL_HARD_VERSION 1
+
+typedef struct al_hard_entry {
+    long round;         /* committed ... */
+    al_round_hash hash; /* ... with this θ_global (the base of round + 1) */
+    long h, step;       /* the interval it trained and the inner steps after it */
+    uint32_t members;
+} al_hard_entry;
+
+typedef struct al_hard {
+    char run[65];                   /* the run configuration's hash (al_config_run_hash) */
+    long committed;                 /* the round after the last committed one (-1: none) */
+    al_round_hash base;             /* θ_global it starts from (commit-<committed>.bin) */
+    long step, h;                   /* inner steps done at its start, and its H */
+    char policy[AL_HARD_POLICY];    /* the policy's state then */
+    al_hard_entry log[AL_HARD_LOG]; /* committed rounds since the last checkpoint */
+    int nlog;
+    al_round_vote vote;               /* the last vote and promise (round -1: none) */
+    long held_round;                  /* the candidate of that round's last hash vote (-1: none), */
+    al_round_value held;              /* on disk (candidate.bin), with the decision it came with: */
+    long held_h_next;                 /* the next H, */
+    char held_policy[AL_HARD_POLICY]; /* the policy's state after it */
+} al_hard;
+
+/* An empty record: nothing committed, no vote, no candidate. */
+void al_hard_clear(al_hard *h, const char *run);
+/* A vote (or promise) v is about to be persisted while the site holds
+ * candidate `cand` (NULL: none): 1 when v is a hash vote for it that the
+ * record does not hold yet, i.e. the caller must write the candidate to disk
+ * before the record. */
+int al_hard_vote_holds(const al_hard *h, const al_round_vote *v, const al_round_hash *cand);
+/* The vote into the record; `holds` (al_hard_vote_holds' answer): its value
+ * becomes the held candidate, with the decision it came with (h_next,
+ * policy: the policy's state after the decision). */
+void al_hard_vote(al_hard *h, const al_round_vote *v, int holds, long h_next, const char *policy);
+/* Round r applies θ_global = theta: 1 when the held candidate (candidate.bin)
+ * is that θ, so the caller renames its file to the commit's; else it writes
+ * θ_global anew (a file holding another θ must never become a commit). */
+int al_hard_commit_renames(const al_hard *h, long r, const al_round_hash *theta);
+/* Round committed - 1 committed θ_global = base (its commit file written
+ * first): committed, base, step, H and policy move on; h_run > 0 (an interval
+ * this site trained) logs the commit (round, base, h_run, step, members),
+ * h_run <= 0 (adopted, a start) restarts the log: the rounds before are not
+ * replayable here. A held candidate of an earlier round is dropped (its file
+ * became the commit). */
+void al_hard_commit(al_hard *h, long committed, const al_round_hash *base, long step, long hh,
+                    const char *policy, long h_run, uint32_t members);
+/* After a checkpoint at round c: the log's entries below c go. Returns how
+ * many went (the caller rewrites the record when > 0 and removes the commit
+ * files below c). */
+int al_hard_prune(al_hard *h, long c);
+/* The log's entry for round r, or NULL. */
+const al_hard_entry *al_hard_entry_of(const al_hard *h, long r);
+
+/* The record's text: JSON with the SHA-256 of the rest ("check"); malloc'd,
+ * NULL when out of memory. */
+char *al_hard_encode(const al_hard *h);
+/* Text into *h. AL_EFORMAT with err saying why (not JSON, checksum, version,
+ * another run when run != NULL, a malformed vote, log or candidate); *h is
+ * then cleared. */
+int al_hard_decode(const char *text, size_t len, const char *run, al_hard *h, al_err *err);
+
+/* How a restart from a checkpoint at round c meets the record. */
+typedef enum {
+    AL_HARD_AT,     /* c == committed (or no record): start at c from the checkpoint */
+    AL_HARD_AHEAD,  /* c > committed (not expected: a checkpoint follows its commit) */
+    AL_HARD_REPLAY, /* c < committed, each round c..committed-1 logged with its commit file
+                       (has_commit): replay them, each checked against the log */
+    AL_HARD_TAKE    /* c < committed otherwise: θ_global := commit-<committed> (as a pull) */
+} al_hard_plan_kind;
+/* has_commit(ctx, r): commit-<r> exists (the caller's disk); replayable: the
+ * caller can replay intervals at all (the agent: not with overlap). */
+al_hard_plan_kind al_hard_plan(const al_hard *h, long c, int replayable,
+                               int (*has_commit)(void *ctx, long round), void *ctx);
+/* Where the machine starts once θ_global is at round `round` with hash base:
+ * the record's vote if it is of this round or later, its held candidate if
+ * of this round (the caller restores the candidate's file, or clears it). */
+void al_hard_start(const al_hard *h, long round, const al_round_hash *base, al_round_start *st);
 
 /*
  * The arithmetic -- the round's arithmetic, shared by the agent and `autoloco sim`.

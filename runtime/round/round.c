@@ -7,7 +7,8 @@
 
 /* Deliberate bugs, for tests/meson.build's round_bug* binaries only: 1: a commit counts
  * one vote fewer than the quorum; 2: a restarted site forgets its persisted vote;
- * 3: a later attempt skips the carry (Paxos' phase 1) and exchanges afresh. */
+ * 3: a later attempt skips the carry (Paxos' phase 1) and exchanges afresh; 4 (hard.c):
+ * the commit persisted only at checkpoints. */
 #ifndef AL_ROUND_BUG
 #define AL_ROUND_BUG 0
 #endif
@@ -241,15 +242,16 @@ static void next_epoch(al_round *m, uint64_t epoch, double now) {
 }
 
 /* A live peer holding the pull goal: at sync_round or later, and with sync_hash
- * if at sync_round when sync_check; the furthest (ties: the lowest id) of those
- * not tried yet, or of all once each was tried. -1: none. */
+ * if at sync_round when sync_check, that has not served less than it announced
+ * for this goal; the furthest (ties: the lowest id) of those not tried yet, or
+ * of all once each was tried. -1: none. */
 static int sync_source(al_round *m) {
     for (int pass = 0; pass < 2; pass++) {
         int best = -1;
         for (int i = 0; i < m->cfg.nsites; i++) {
             const al_round_peer *p = &m->peer[i];
             if (i == m->cfg.self || !p->have || !p->alive || p->st.round < m->sync_round ||
-                (m->sync_tried >> i & 1))
+                ((m->sync_tried | m->sync_short) >> i & 1))
                 continue;
             if (m->sync_check && p->st.round == m->sync_round && !heq(&p->st.base, &m->sync_hash))
                 continue;
@@ -297,16 +299,47 @@ static int fetch_value(al_round *m, const al_round_hash *h, const al_round_value
     return 0;
 }
 
+/* In sync with no source for AL_ROUND_SYNC_BEATS heartbeats (the sites that
+ * announced the goal are gone, restarted from older states, or served less than
+ * they announced): back to the round, as at a start, where what the peers show
+ * now decides again (a peer still ahead and trusted: a pull again). */
+static void sync_give_up(al_round *m, double now) {
+    char who[96] = "";
+    for (int i = 0, n = 0; i < m->cfg.nsites; i++)
+        if (m->sync_short >> i & 1) {
+            char nm[16];
+            site_name(m, i, nm);
+            n += snprintf(who + n, sizeof who - (size_t)n, "%s%s", n ? ", " : "", nm);
+            if (n >= (int)sizeof who) break;
+        }
+    note(m, AL_LOG_WARN,
+         "round %ld: no site serves the state of round %ld for %d heartbeats%s%s%s: back to the "
+         "round",
+         m->round, m->sync_round, AL_ROUND_SYNC_BEATS, *who ? " (served less than announced: " : "",
+         who, *who ? ")" : "");
+    m->sync_peer = -1;
+    m->sync_tried = m->sync_short = 0;
+    m->t_nosrc = 0;
+    m->phase = AL_PH_JOIN;
+    m->t_start = now;
+}
+
 static void try_sync(al_round *m, double now) {
     if (m->sync_peer >= 0) m->sync_tried |= 1u << m->sync_peer; /* unanswered */
     m->sync_peer = -1;
     int src = sync_source(m);
     if (src < 0) { /* nobody has applied it yet: a voter still holds it */
         if (m->sync_round == m->round + 1 && m->sync_check &&
-            fetch_value(m, &m->sync_hash, NULL, 1, now))
+            fetch_value(m, &m->sync_hash, NULL, 1, now)) {
             m->t_sync = m->t_fetch;
+            m->t_nosrc = 0;
+            return;
+        }
+        if (m->t_nosrc == 0) m->t_nosrc = now;
+        if (now - m->t_nosrc >= AL_ROUND_SYNC_BEATS * m->cfg.heartbeat_s) sync_give_up(m, now);
         return;
     }
+    m->t_nosrc = 0;
     char nm[16];
     site_name(m, src, nm);
     m->sync_peer = src;
@@ -327,7 +360,8 @@ static void sync_to(al_round *m, long round, const al_round_hash *h, double now,
     m->phase = AL_PH_SYNC;
     m->sync_round = round;
     m->sync_check = h != NULL;
-    m->sync_tried = 0;
+    m->sync_tried = m->sync_short = 0;
+    m->t_nosrc = 0;
     memset(&m->sync_hash, 0, sizeof m->sync_hash);
     if (h) m->sync_hash = *h;
     m->sync_peer = -1;
@@ -846,7 +880,15 @@ static void on_synced(al_round *m, const al_round_event *ev) {
     m->sync_peer = -1;
     if (ev->round < m->sync_round ||
         (m->sync_check && ev->round == m->sync_round && !heq(&ev->hash, &m->sync_hash))) {
-        m->t_sync = ev->now + m->cfg.heartbeat_s; /* not what was asked for: ask again */
+        char nm[16];
+        site_name(m, ev->peer, nm); /* less than it announced: not asked again for this goal */
+        m->sync_short |= 1u << ev->peer;
+        note(m, AL_LOG_WARN,
+             "round %ld: %s served a state of round %ld, less than it announced (round %ld%s): "
+             "not asked again for it",
+             m->round, nm, ev->round, m->sync_round,
+             m->sync_check ? " with its base" : " or later");
+        m->t_sync = ev->now + m->cfg.heartbeat_s; /* ask another */
         return;
     }
     if (ev->round != m->round && m->have_candidate) emit(m, AL_ACT_REVERT); /* superseded */
@@ -877,6 +919,7 @@ void al_round_step(al_round *m, const al_round_event *ev) {
             note(m, AL_LOG_INFO, "%s restarted: at round %ld, attempt %llu (it showed %ld, %llu)",
                  nm, ev->st.round, (unsigned long long)ev->st.epoch, m->peer[j].st.round,
                  (unsigned long long)m->peer[j].st.epoch);
+            m->sync_short &= ~(1u << j); /* another start: another state to serve */
         }
         if (!m->peer[j].have || newer(&ev->st, &m->peer[j].st)) m->peer[j].st = ev->st;
         m->peer[j].have = 1;
@@ -927,6 +970,7 @@ void al_round_step(al_round *m, const al_round_event *ev) {
     case AL_EV_SYNC_FAILED:
         if (m->phase != AL_PH_SYNC || ev->peer != m->sync_peer) break;
         m->sync_tried |= 1u << m->sync_peer;
+        if (ev->short_served) m->sync_short |= 1u << m->sync_peer;
         m->sync_peer = -1;
         m->t_sync = now + m->cfg.heartbeat_s;
         break;
