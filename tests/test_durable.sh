@@ -15,16 +15,21 @@
 #      while the third is frozen by SIGSTOP and then released (3c). Every site
 #      finishes on one theta, no round is committed with two theta in any log
 #      or event log, and no running site is silent for more than 2 x
-#      peer_timeout_s (its log lines are timestamped as they come).
-# AL_TEST_SECTIONS picks sections (default "1 2 3"; meson: durable runs 1 2,
-# durable_stale 3).
+#      peer_timeout_s (its log lines are timestamped as they come);
+#   4. a sync source that serves less than it announced: b, restarted behind
+#      while c is frozen, pulls from a, which serves half its state
+#      (AL_FAULT=badstate): a is not asked again for that state, and with no
+#      other source b goes back to the round after 5 heartbeats, saying so;
+#      once c is released b takes its state and all three end on one theta.
+# AL_TEST_SECTIONS picks sections (default "1 2 3 4"; meson: durable runs 1 2,
+# durable_stale 3 4).
 # The moments come from AL_FAULT=pause:MOMENT:R on site a (it stops itself
 # there with SIGSTOP and says so); the test then kills a, b and c with one
 # kill(1). Every wait is bounded; nothing is left running.
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/shell_lib.sh"
 al_test_start test-durable "${1:-}"
-sections=" ${AL_TEST_SECTIONS:-1 2 3} "
+sections=" ${AL_TEST_SECTIONS:-1 2 3 4} "
 want() { [[ $sections == *" $1 "* ]]; }
 
 cd "$tmp" || exit 1
@@ -365,6 +370,64 @@ else
     no "3c: no checkpoint of round 3"
     kill -KILL $PID_a $PID_b $PID_c 2>/dev/null
 fi
+fi
+fi
+
+# ---- 4. a sync source that serves less than it announced ---------------------------
+if want 4; then
+d=4
+STEPS=80
+H=5
+EVERY=1
+PORTS=($(port) $(port) $(port))
+for s in a b c; do conf $d $s "a b c"; done
+export AL_FAULT=badstate # a serves half of its state to every pull
+start_ts $d a a.tlog
+unset AL_FAULT
+start_ts $d b b.1.tlog
+start_ts $d c c.tlog
+if ckpt_at $d b b.1.tlog 2 >/dev/null; then
+    kill -KILL $PID_b
+    wait $PID_b 2>/dev/null
+    ckpt_at $d a a.tlog 5 >/dev/null || no "4: site a never reached round 5"
+    t0=$(date +%s.%N)
+    kill -STOP $PID_c # a is the only site ahead that b can reach
+    start_ts $d b b.2.tlog --resume $d/run-b
+    await_line $d/b.2.tlog "back to the round" 60 || no "4: b never went back to the round"
+    t1=$(date +%s.%N)
+    kill -CONT $PID_c
+    for s in a b c; do
+        eval "await \$PID_$s 300" || no "4: site $s did not finish"
+    done
+    th=$(same_theta $d a b c) && ok "4: b took c's state once c was back: all end on theta $th" ||
+        no "4: the sites end on different theta"
+    python3 - $d/b.2.tlog <<'EOF'
+import re, sys
+lines = [l.partition(" ") for l in open(sys.argv[1], errors="replace")]
+lines = [(float(t), x) for t, _, x in lines if re.match(r"^[0-9.]+$", t)]
+refused = [t for t, x in lines if "the state from a refused" in x]
+short = [t for t, x in lines if "not this one again for this state" in x]
+back = [(t, x) for t, x in lines if "back to the round" in x]
+print("4: %d pulls from a refused, %d marked short, %d returns to the round" % (len(refused), len(short), len(back)))
+if back:
+    print("4: " + back[0][1].strip()[:200])
+if not short or not back:
+    print("FAIL-4: no refusal marked short, or no return to the round")
+    sys.exit(1)
+first, tb = short[0], back[0][0]
+between = [t for t in refused if first <= t <= tb]
+# refused once, then a is not asked again until b gives up, 5 heartbeats (1.25 s) on
+if len(between) != 1 or not (1.2 <= tb - first <= 10) or "served less than announced: a" not in back[0][1]:
+    print("FAIL-4: %d pulls from a before the return, %.2f s after the first" % (len(between), tb - first))
+    sys.exit(1)
+EOF
+    [[ $? -eq 0 ]] && ok "4: a source that served half its state is not asked again; with no other, b goes back to the round after 5 heartbeats, saying so" ||
+        no "4: the short source was asked again, or b never went back to the round"
+    stale_check $d 2 c "$t0" "$t1" && ok "4: no round committed twice, no silent wait" ||
+        no "4: a round committed twice or a silent wait"
+else
+    no "4: site b never saved round 2's checkpoint"
+    kill -KILL $PID_a $PID_b $PID_c 2>/dev/null
 fi
 fi
 

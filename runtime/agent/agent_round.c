@@ -591,8 +591,11 @@ static void do_revert(agent *a) {
 }
 
 /* AL_ACT_SYNC: pull the committed state from a peer. A state that does not
- * fit (malformed, another shape, θ not the hash its metadata names) is
- * refused and the machine asks another peer. */
+ * fit (malformed, another shape or size, a broken seal: less than the peer
+ * announced) is refused and the machine asks another peer, and not that one
+ * again for this goal (short_served); θ not the hash its metadata names (a
+ * commit between the two pulls) or no answer: that peer again after the
+ * others. */
 static int do_sync(agent *a, const al_round_action *act) {
     al_err e = {0};
     al_round_event ev = {.type = AL_EV_SYNC_FAILED, .peer = act->peer};
@@ -602,9 +605,11 @@ static int do_sync(agent *a, const al_round_action *act) {
         ev.round = a->pulled_round;
         ag_hash_of(&a->pulled, &ev.hash);
     } else {
+        ev.short_served = rc == AL_EFORMAT || rc == AL_EINTEGRITY;
         al_logf(&a->log, AL_LOG_WARN,
-                "joining: the state from %s refused (%s); trying another peer", a->name[act->peer],
-                e.msg);
+                "joining: the state from %s refused (%s); trying another peer%s",
+                a->name[act->peer], e.msg,
+                ev.short_served ? ", and not this one again for this state" : "");
     }
     ag_feed(a, &ev);
     return 0;
