@@ -5,7 +5,8 @@
 # refused with exit 1 and one "autoloco: error:" line that names the key
 # and both values or the two files: a changed [policy] h_base, a missing
 # [policy] key, [inner] lr, [site] run_id, a peer not listed back, a peer at
-# the wrong port, a duplicate port, a certificate of another site, another CA.
+# the wrong port, a duplicate port, a certificate of another site, another CA,
+# [checkpoint] every_steps in an agent's file, every and every_rounds apart.
 set -u
 bin=${1:?usage: test_config_check.sh path/to/autoloco}
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
@@ -84,5 +85,20 @@ h1=$(runhash)
 if [[ $rc -eq 0 && -n $h1 && $h1 == "$h0" ]]; then ok "[policy] keys in another order, h_base spelt 2e1: the same run hash ($h1)"; else no "policy order: rc $rc, $h1 vs $h0: $out"; fi
 fresh; sed -i 's/^name = b/name = a/' site-b.ini
 refused 'site-b.ini' "two files for site a"
+# [checkpoint]'s cadence: the agent counts committed rounds (every_rounds);
+# every_steps (train's) is refused naming the key to use, and the older
+# `every` beside every_rounds only when the two differ
+fresh; for s in a b c; do printf 'every_rounds = 2\nevery = 2\n' >>site-$s.ini; done
+"$bin" config check site-a.ini site-b.ini site-c.ini >/dev/null 2>&1 && ok "[checkpoint] every_rounds = 2 (every = 2 beside it): accepted" ||
+    no "[checkpoint] every_rounds refused"
+fresh; printf 'every_steps = 50\n' >>site-b.ini
+refused 'site-b.ini: \[checkpoint\] every_steps = 50: the agent saves every N committed rounds, not inner steps: write every_rounds = N' "every_steps in an agent's file"
+fresh; printf 'every = 2\nevery_rounds = 3\n' >>site-c.ini
+refused 'site-c.ini: \[checkpoint\] every = 2 and every_rounds = 3: two cadences; keep every_rounds' "every and every_rounds differ"
+# and train, which counts inner steps, refuses every_rounds the same way
+printf '[model]\npreset = tiny\n[checkpoint]\ndir = %s/t\nevery_rounds = 2\n' "$tmp" >train.ini
+err=$("$bin" train -c train.ini 2>&1 >/dev/null)
+[[ $? -eq 1 && $err == "autoloco: error: [checkpoint] every_rounds = 2: train saves every N inner steps, not rounds: write every_steps = N" ]] &&
+    ok "train refuses every_rounds: $err" || no "train with every_rounds: $err"
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -103,7 +103,9 @@ static double policy_h_base(const al_policy *p) {
 int al_agent_check_config(const al_config *c, al_err *err) {
     agent a;
     memset(&a, 0, sizeof a);
-    int rc = load_sites(&a, c, err);
+    long every;
+    int rc = al_config_checkpoint_every(c, 'a', &every, err); /* rounds, not steps */
+    if (rc == 0) rc = load_sites(&a, c, err);
     if (rc == 0) rc = make_policy(&a, c, err);
     if (a.pol) al_policy_free(a.pol);
     al_codec_cfg cc;

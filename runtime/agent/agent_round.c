@@ -93,7 +93,10 @@ static void check_finished(agent *a) {
 
 /* Is a checkpoint due when round `next_round` begins (do_apply saves it)? */
 static int ckpt_due(const agent *a, long next_round) {
-    return a->cfg->checkpoint_every > 0 && next_round % a->cfg->checkpoint_every == 0;
+    long every = 0; /* [checkpoint] every_rounds (checked at the start) */
+    al_err e;
+    al_config_checkpoint_every(a->cfg, 'a', &every, &e);
+    return every > 0 && next_round % every == 0;
 }
 
 /* Overlap, after interval r: interval r + 1 starts at the eager estimate of

@@ -43,6 +43,7 @@ typedef struct run {
     const al_backend *be; /* the single worker's device (NULL: not opened) */
     al_log log;
     char hash[65];
+    long ckpt_every; /* [checkpoint] every_steps (or every) */
 } run;
 
 static int save(run *r, al_err *err) {
@@ -90,7 +91,7 @@ static int train_loop(run *r, al_err *err) {
         }
         if (r->val.tok && c->inner_eval_every > 0 && s % c->inner_eval_every == 0 && s != steps)
             if ((rc = eval_and_print(r, err))) return rc;
-        if (c->checkpoint_every > 0 && s % c->checkpoint_every == 0 && s != steps)
+        if (r->ckpt_every > 0 && s % r->ckpt_every == 0 && s != steps)
             if ((rc = save(r, err))) return rc;
     }
     if (g_stop) {
@@ -176,6 +177,7 @@ int al_cmd_train(int argc, char **argv, al_err *err) {
     if ((rc = al_model_preset(&mc, c->model_preset, err))) goto out;
     al_train_opts o;
     if ((rc = al_config_train_opts(c, &o, err))) goto out;
+    if ((rc = al_config_checkpoint_every(c, 't', &r.ckpt_every, err))) goto out;
     if (o.seq > mc.T) {
         rc = al_errf(err, AL_ECONFIG, "[inner] seq: %d exceeds preset '%s' context %d", o.seq,
                      mc.preset, mc.T);

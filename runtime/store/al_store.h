@@ -79,8 +79,16 @@
     X(inner, balance, STR, "auto", "auto|naive|micro|lpt|kk", 0, "", "ta",                         \
       "workers > 1: minibatch plan (auto = lpt for odc, micro for fsdp)")                          \
     X(checkpoint, dir, STR, "runs/train", NULL, 0, "", "ta", "checkpoint folder")                  \
+    X(checkpoint, every_steps, INT, 0, 0, 1L << 40, "steps", "t",                                  \
+      "train: save every N inner steps (0 = only at the end); the agent refuses it (it saves "     \
+      "after committed rounds: every_rounds)")                                                     \
+    X(checkpoint, every_rounds, INT, 0, 0, 1L << 40, "rounds", "a",                                \
+      "agent: save after every N committed rounds (0 = only at the end; with overlap, at the "     \
+      "first round after the N-th that starts no interval early); train refuses it "               \
+      "(every_steps)")                                                                             \
     X(checkpoint, every, INT, 0, 0, 1L << 40, "steps (train), rounds (agent)", "ta",               \
-      "save every N (0 = only at the end): inner steps in train, committed rounds in the agent")   \
+      "older spelling, each command's own unit: every_steps in train, every_rounds in the agent "  \
+      "(refused beside either with another value)")                                                \
     X(checkpoint, keep, INT, 3, 0, 1 << 20, "checkpoints", "ta", "checkpoints kept (0 = all)")     \
     X(site, name, STR, "", NULL, 0, "", "a",                                                       \
       "agent: this site's name (the CN of its certificate)")                                       \
@@ -242,6 +250,12 @@ int al_config_run_diff(const al_config *a, const al_config *b, char *key, size_t
 /* The training recipe of [inner] and [data] packing as trainer options. */
 struct al_train_opts;
 int al_config_train_opts(const al_config *c, struct al_train_opts *o, al_err *err);
+/* [checkpoint]'s cadence for one command ('t' train: inner steps; 'a' agent:
+ * committed rounds): every_steps / every_rounds, else the older `every` in
+ * that command's unit. AL_ECONFIG naming the key when the other command's
+ * key is set (its unit is not this command's) or `every` differs from the
+ * command's own key. `config check` and the agent's start call it with 'a'. */
+int al_config_checkpoint_every(const al_config *c, char cmd, long *every, al_err *err);
 /* Every key as help text (--help-config): the table, [peers], [policy] with
  * every policy's settings, sim's values, aliases and defaults. */
 void al_config_print_help(FILE *f);

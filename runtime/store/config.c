@@ -848,6 +848,26 @@ void al_config_print_markdown(FILE *f) {
     print_ref(f, 1);
 }
 
+int al_config_checkpoint_every(const al_config *c, char cmd, long *every, al_err *err) {
+    int train = cmd == 't';
+    long mine = train ? c->checkpoint_every_steps : c->checkpoint_every_rounds;
+    long other = train ? c->checkpoint_every_rounds : c->checkpoint_every_steps;
+    const char *me = train ? "every_steps" : "every_rounds",
+               *it = train ? "every_rounds" : "every_steps";
+    if (other)
+        return al_errf(
+            err, AL_ECONFIG, "[checkpoint] %s = %ld: %s saves every N %s, not %s: write %s = N", it,
+            other, train ? "train" : "the agent", train ? "inner steps" : "committed rounds",
+            train ? "rounds" : "inner steps", me);
+    if (mine && c->checkpoint_every && mine != c->checkpoint_every)
+        return al_errf(err, AL_ECONFIG,
+                       "[checkpoint] every = %ld and %s = %ld: two cadences; keep %s (every is its "
+                       "older spelling)",
+                       c->checkpoint_every, me, mine, me);
+    *every = mine ? mine : c->checkpoint_every;
+    return 0;
+}
+
 int al_config_train_opts(const al_config *c, al_train_opts *o, al_err *err) {
     al_train_opts_default(o);
     o->batch = (int)c->inner_batch;
