@@ -1,6 +1,7 @@
 /* agent.c -- one site of a multi-site run: set-up, the inner interval, the
  * commit of each round, checkpoints and metrics (see al_agent.h). */
 #include "agent_ckpt.h"
+#include "agent_hard.h"
 #include "agent_hb.h"
 #include "agent_net.h"
 #include "agent_round.h"
@@ -383,6 +384,9 @@ static void write_summary(agent *a, double eval) {
     json_object_set_new(m, "compute_s", json_real(v[AL_M_COMPUTE_S]));
     json_object_set_new(m, "comm_s", json_real(v[AL_M_COMM_S]));
     json_object_set_new(m, "comm_hidden_s", json_real(v[AL_M_COMM_HIDDEN_S]));
+    json_object_set_new(m, "hard_state",
+                        json_pack("{s:I, s:f, s:f}", "writes", (json_int_t)a->hard_writes, "bytes",
+                                  a->hard_bytes, "seconds", a->hard_s));
     char *js = json_dumps(m, JSON_INDENT(2));
     json_decref(m);
     if (js) al_write_file_sync(path, js, strlen(js), NULL);
@@ -498,6 +502,7 @@ int al_agent_run(const al_config *c, const al_agent_opts *o, al_err *err) {
         al_outer_hash(&a->outer, hx);
         al_logf(&a->log, AL_LOG_INFO, "site %s: done: %ld rounds, %ld steps, theta %s",
                 c->site_name, a->round, a->step, hx);
+        ag_hard_report(a); /* (issue 31: the cost of durability) */
         log_summary(a, eval);
     }
     signal(SIGINT, SIG_DFL);

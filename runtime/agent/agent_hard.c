@@ -51,10 +51,29 @@ int ag_hard_write(const char *dir, const char *name, const void *buf, size_t len
 
 /* ---- the record (its fields, changes and text: runtime/round/hard.c) ------------------ */
 
+/* ag_hard_write into the [checkpoint] dir, its time and bytes counted. */
+static int put(agent *a, const char *name, const void *buf, size_t len, al_err *err) {
+    double t0 = al_now();
+    int rc = ag_hard_write(a->cfg->checkpoint_dir, name, buf, len, err);
+    a->hard_s += al_now() - t0;
+    a->hard_bytes += (double)len;
+    a->hard_writes++;
+    return rc;
+}
+
+void ag_hard_report(agent *a) {
+    long rounds = a->round > 0 ? a->round : 1;
+    al_logf(&a->log, AL_LOG_INFO,
+            "site %s: hard state: %ld files written (%.1f MB) in %.3f s, %.2f ms a round over %ld "
+            "rounds",
+            a->name[a->self], a->hard_writes, a->hard_bytes / 1e6, a->hard_s,
+            1e3 * a->hard_s / (double)rounds, rounds);
+}
+
 int ag_hard_save(agent *a, al_err *err) {
     snprintf(a->hard.run, sizeof a->hard.run, "%s", a->run_hash);
     char *js = al_hard_encode(&a->hard);
-    int rc = js ? ag_hard_write(a->cfg->checkpoint_dir, HARD_FILE, js, strlen(js), err)
+    int rc = js ? put(a, HARD_FILE, js, strlen(js), err)
                 : al_errf(err, AL_ENOMEM, "hard state: out of memory");
     free(js);
     return rc ? al_err_prefix(err, "persisting the round protocol's hard state") : 0;
@@ -92,7 +111,7 @@ int ag_hard_save_candidate(agent *a, al_err *err) {
     size_t len = 0;
     int rc = al_outer_serialize(&a->cand, &buf, &len, err);
     if (rc == 0) /* (sealed: a damaged copy is refused on load) */
-        rc = ag_hard_write(a->cfg->checkpoint_dir, "candidate.bin", buf, len, err);
+        rc = put(a, "candidate.bin", buf, len, err);
     free(buf);
     return rc ? al_err_prefix(err, "round %ld: persisting the candidate", a->round) : 0;
 }
@@ -106,14 +125,17 @@ int ag_hard_commit(agent *a, int from_candidate, long h_run, uint32_t members, a
     ag_outer_hash(a, &theta, 0);
     if (from_candidate && al_hard_commit_renames(&a->hard, a->round - 1, &theta) &&
         rename(from, to) == 0) {
+        double t0 = al_now();
         rc = al_fsync_dir(a->cfg->checkpoint_dir, err);
+        a->hard_s += al_now() - t0;
+        a->hard_writes++;
     } else {
         uint8_t *buf = NULL;
         size_t len = 0;
         char name[64];
         snprintf(name, sizeof name, "commit-%08ld.bin", a->round);
         rc = al_outer_serialize(&a->outer, &buf, &len, err);
-        if (rc == 0) rc = ag_hard_write(a->cfg->checkpoint_dir, name, buf, len, err);
+        if (rc == 0) rc = put(a, name, buf, len, err);
         free(buf);
     }
     if (rc) return al_err_prefix(err, "round %ld: persisting the commit", a->round - 1);

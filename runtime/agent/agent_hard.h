@@ -32,6 +32,9 @@ int ag_hard_save_candidate(agent *a, al_err *err);
  * candidate.bin when it holds that θ (`from_candidate`), else written anew.
  * `h_run`: the interval the committed round trained (0: unknown, adopted). */
 int ag_hard_commit(agent *a, int from_candidate, long h_run, uint32_t members, al_err *err);
+/* The log line of what the hard state cost this process: files, bytes, the
+ * time in their writes (fsyncs included) and per round. */
+void ag_hard_report(agent *a);
 /* After a checkpoint at a->round: the log and commit files before it go. */
 void ag_hard_prune(agent *a);
 /* Path of commit-<round>.bin / candidate.bin into p. */

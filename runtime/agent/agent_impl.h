@@ -164,6 +164,8 @@ typedef struct agent {
     const char *name_p[AG_MAX_SITES]; /* the names, for the machine's log lines */
     int resumed;                      /* started with --resume: the persisted vote counts */
     al_hard hard;                     /* the hard state as on disk (agent_hard.c) */
+    double hard_s, hard_bytes;        /* time in its writes (fsyncs included) and bytes */
+    long hard_writes;                 /* files written or renamed into place */
     int finished;                     /* the last commit is done (budget or signal): linger */
     double linger_until;              /* ... until the peers saw it, at most this long */
     al_outer cand;                    /* the candidate outer state beside a->outer */
