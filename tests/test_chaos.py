@@ -74,6 +74,48 @@ with tempfile.TemporaryDirectory() as d:
     except ValueError as e:
         check("outer_theta_hash refuses another file", "not an ALOUTER1" in str(e), e)
 
+# whole-run faults (issue 31): events.jsonl round records, the --at-least quota, a stale restart
+with tempfile.TemporaryDirectory() as d:
+    ev = os.path.join(d, "events.jsonl")
+    with open(ev, "w") as f:
+        f.write('{"event": "up", "site": "a"}\n')
+        f.write('{"round": 3, "members": 3, "theta": "00112233445566778899aabb"}\n')
+        f.write('{"round": 4, "mem')  # cut by a SIGKILL
+    rows = ch.event_rounds(ev)
+    check("event_rounds: round records only, a cut line skipped", rows == [(3, 0, 3, "001122334455")], rows)
+    check("event_rounds: no file, no rows", ch.event_rounds(os.path.join(d, "none")) == [])
+    check("find_forks: an event log's theta against another site's log line",
+          list(ch.find_forks({"a": [(3, 0, 3, "001122334455")], "b:events": [(3, 0, 3, "ffffffffffff")]})) == [3])
+
+    class A:
+        seed, dir, pace, at_least = 1, d, 1, 3
+    soak = ch.Soak(A)
+    now = ch.time.time()
+    soak.t_sched = (now, now + 100)
+    check("due: nothing at the start", soak.due() is None)
+    soak.t_sched = (now - 50, now + 50)  # half way: 2 of 3 due (by 80 %: all 3)
+    check("due: half way, kill-all first", soak.due() == "kill-all")
+    soak.faults = [dict(kind=k) for k in ("kill-all", "kill-all", "kill-two", "kill-two")]
+    check("due: half way, stale-restart short of 2", soak.due() == "stale-restart")
+    soak.faults += [dict(kind="stale-restart"), dict(kind="stale-restart", skipped="x")]
+    check("due: a skipped fault does not count", soak.due() == "stale-restart")
+    soak.faults.append(dict(kind="stale-restart"))
+    check("due: 2 of each half way: none", soak.due() is None)
+    soak.t_sched = (now - 90, now + 10)
+    check("due: at 90 %, the third kill-all", soak.due() == "kill-all")
+
+    run = os.path.join(d, "run-a")
+    for k, r in ((5, 1), (10, 2), (15, 3)):
+        os.makedirs(os.path.join(run, "step-%08d" % k))
+        with open(os.path.join(run, "step-%08d" % k, "agent.json"), "w") as f:
+            f.write('{"round": %d}' % r)
+    for keep in ("hard.json", "commit-00000003.bin"):
+        open(os.path.join(run, keep), "w").write("x")
+    soak.t0 = now
+    soak.make_stale("a")
+    check("make_stale: the oldest checkpoint only, hard state and commit files kept",
+          sorted(os.listdir(run)) == ["commit-00000003.bin", "hard.json", "step-00000005"], os.listdir(run))
+
 for argv, want in [(["--minutes", "0"], "must be > 0"), (["--bin", "/nonexistent"], "not an executable"),
                    (["--pace", "x"], "invalid float")]:
     r = subprocess.run([sys.executable, CHAOS] + argv, capture_output=True, text=True)
