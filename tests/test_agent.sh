@@ -1115,4 +1115,21 @@ else
 fi
 expect_err "checkpoint of preset 'demo'" -- "$bin" agent -c r4tiny/a.ini --resume $ck --set round.deadline_s=1
 
+
+# ---- 5. disk: a run that never checkpoints keeps a bounded hard state (issue 31) --------
+# Each commit writes commit-R.bin (theta at the start of round R) so a resume
+# can replay from the newest checkpoint; the log keeps 64 rounds since it, so
+# older files are dropped as the log moves on, not only at a checkpoint: 80
+# rounds with [checkpoint] every_rounds = 0 leave at most 65 on each site.
+PORTS=($(port) $(port))
+for s in a b; do STEPS=800 H=10 conf r5 $s "a b"; done
+run2 r5 || no "the 80-round run failed: $(tail -n 2 r5/*.log)"
+na=$(ls r5/run-a | grep -c '^commit-') nb=$(ls r5/run-b | grep -c '^commit-')
+last=$(ls r5/run-a | grep '^commit-' | tail -n 1)
+if [[ $na -ge 1 && $na -le 65 && $nb -le 65 && $last == commit-00000080.bin ]]; then
+    ok "80 rounds without checkpoints: $na and $nb commit files kept (the log's 64 rounds and the current), the newest $last"
+else
+    no "commit files after 80 rounds: a $na, b $nb, newest $last"
+fi
+
 al_test_end

@@ -142,7 +142,19 @@ int ag_hard_commit(agent *a, int from_candidate, long h_run, uint32_t members, a
     char pol[AL_HARD_POLICY];
     al_policy_save(a->pol, pol, sizeof pol);
     al_hard_commit(&a->hard, a->round, &theta, a->step, a->h, pol, h_run, members);
-    return ag_hard_save(a, err);
+    if ((rc = ag_hard_save(a, err))) return rc;
+    /* Rounds the log no longer holds (it keeps AL_HARD_LOG since the last
+     * checkpoint, or none after an adopt) cannot be replayed: their commit
+     * files go now, not at the next checkpoint, so a run that checkpoints
+     * seldom or never keeps a bounded number of copies of θ on disk. Older
+     * files went before, so the first one missing ends the walk. */
+    long keep = a->hard.nlog ? a->hard.log[0].round : a->round;
+    for (long r = keep - 1; r >= 0; r--) {
+        char p[4300];
+        ag_hard_path(a, NULL, r, p, sizeof p);
+        if (unlink(p) != 0 && errno == ENOENT) break;
+    }
+    return 0;
 }
 
 void ag_hard_prune(agent *a) {
