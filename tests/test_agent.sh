@@ -788,15 +788,18 @@ got=$(hash_of r5w/run-a/summary.json)
 # (streaming: a round is a span of H/F steps)
 Fw=1
 [[ ${AL_TEST_OVERLAP:-} == streaming ]] && Fw=${AL_TEST_FRAGMENTS:-16}
-# The resumed step: where round $at's interval starts, or, with overlap, where
-# it ends when the signal found it training (it runs to its end and is saved
-# "trained": agent.json's overlap_interval)
+# The resumed step: inside round $at's interval, from its start to its end
+# (a stop cuts the interval after the step in progress and saves it as it
+# stands; --resume trains the rest), or, with overlap, its end when the
+# signal found it training (it runs to its end and is saved "trained":
+# agent.json's overlap_interval)
 span_at() { echo $(($1 / Fw * 250 + 250 * ($1 % Fw) / Fw)); }
-steps_ok="$(span_at ${at:-0})"
-[[ ${AL_TEST_OVERLAP:-none} != none && $at =~ ^[0-9]+$ ]] && steps_ok="$steps_ok|$(span_at $((at + 1)))"
+rstep=$(sed -n 's/.*resumed from .* at round [0-9]*, step \([0-9]*\)$/\1/p' r5w/a.log | head -n 1)
+steps_ok="$(span_at ${at:-0})..$(span_at $((${at:-0} + 1)))"
 if [[ $at =~ ^[0-9]+$ ]] && ((at < 4 * Fw)) && [[ -n $ref && $got == "$ref" && $(hash_of r5w/run-b/summary.json) == "$ref" ]] &&
     [[ $(grep -c "2 workers forked once (process threads: 1)" r5w/a.log) -eq 2 ]] &&
-    grep -qE "resumed from .* at round $at, step ($steps_ok)\$" r5w/a.log; then
+    grep -qE "resumed from .* at round $at, step [0-9]+\$" r5w/a.log &&
+    ((rstep >= $(span_at $at) && rstep <= $(span_at $((at + 1))))); then
     ok "W=2: stopped by SIGTERM after $at rounds of $((4 * Fw)), resumed: theta $got, as uninterrupted ($ref)"
 else
     no "W=2 resume not exact: stopped at round(s) '$at', uninterrupted $ref, resumed $got $(hash_of r5w/run-b/summary.json), $(grep -c 'workers forked once' r5w/a.log) forks, $(grep -h 'resumed from' r5w/a.log | head -1), steps asked: $steps_ok"
