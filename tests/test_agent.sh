@@ -160,17 +160,20 @@ stop2() {
     return $ra
 }
 
-# pace_of REF_EVENTS RUN_EVENTS: commits per second from round 2 to the end of
-# a run's event log against a reference run's, "ratio (x against y commits/s)"
+# pace_of REF_EVENTS RUN_EVENTS: a run's commit rate from round 2 on against a
+# reference run's, "ratio (x against y commits/s)": each rate is 1 / the median
+# spacing of consecutive commits (a loaded machine's single stall moves a
+# median little; the runs are short)
 pace_of() {
     python3 - "$1" "$2" <<'PY'
-import json, sys
+import json, statistics, sys
 def rate(path):
     try:
         t = [r["t"] for r in map(json.loads, open(path)) if r.get("event") == "round" and r["round"] >= 2]
     except OSError:
         return 0.0
-    return (len(t) - 1) / (t[-1] - t[0]) if len(t) > 2 and t[-1] > t[0] else 0.0
+    gaps = [b - a for a, b in zip(t, t[1:])]
+    return 1 / statistics.median(gaps) if len(gaps) >= 3 and statistics.median(gaps) > 0 else 0.0
 ref, run = rate(sys.argv[1]), rate(sys.argv[2])
 print(f"{run / ref:.2f} ({run:.1f} against {ref:.1f} commits/s)" if ref else "0 (no reference)")
 PY
@@ -326,7 +329,7 @@ done
 # run without the fault, started beside it (both share the machine alike).
 for d in r2i-ref r2i-repush; do
     PORTS=($(port) $(port) $(port))
-    for s in a b c; do STEPS=100 conf $d $s "a b c"; done
+    for s in a b c; do STEPS=200 conf $d $s "a b c"; done
 done
 for s in a b c; do start r2i-ref $s; eval "REF_$s=\$PID_$s"; done
 start r2i-repush a
