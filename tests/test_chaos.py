@@ -104,6 +104,13 @@ with tempfile.TemporaryDirectory() as d:
     soak.t_sched = (now - 90, now + 10)
     check("due: at 90 %, the third kill-all", soak.due() == "kill-all")
 
+    check("progressed: every final state past the heal's round",
+          ch.progressed({"a": {"round": 1531}, "b": {"round": 1531}}, 1529))
+    check("progressed: a site still at the heal's round is no progress",
+          not ch.progressed({"a": {"round": 1531}, "b": {"round": 1530}}, 1529))
+    check("progressed: a site without a checkpoint is no progress",
+          not ch.progressed({"a": {"round": 1531}, "b": {"error": "no checkpoint"}}, 1529))
+
     run = os.path.join(d, "run-a")
     for k, r in ((5, 1), (10, 2), (15, 3)):
         os.makedirs(os.path.join(run, "step-%08d" % k))
