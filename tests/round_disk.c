@@ -39,10 +39,20 @@ static int commit_put(rd_disk *d, long r, const al_round_hash *theta, char *why,
     return 0;
 }
 
+/* ag_hard_commit after the record: the commit files no restart can use go. */
+static void commit_drop_old(rd_disk *d) {
+    long keep = al_hard_keep_from(&d->hard);
+    int k = 0;
+    for (int i = 0; i < d->ncommit; i++)
+        if (d->commit[i].round >= keep) d->commit[k++] = d->commit[i];
+    d->ncommit = k;
+}
+
 /* The start or a pull: commit-<r>.bin written anew, the log restarts. */
 static int commit_new(rd_disk *d, long r, const al_round_hash *theta, char *why, size_t n) {
     if (commit_put(d, r, theta, why, n)) return -1;
     al_hard_commit(&d->hard, r, theta, r, 1, "", 0, 0);
+    commit_drop_old(d);
     return 0;
 }
 
@@ -72,6 +82,7 @@ int rd_apply(rd_disk *d, long r, const al_round_hash *theta, uint32_t members, i
     if (ren) d->cand = 0;
     if (torn) return 0;
     al_hard_commit(&d->hard, r + 1, theta, r + 1, 1, "", 1, members);
+    commit_drop_old(d);
     if ((r + 1) % RD_CKPT_EVERY == 0) { /* ag_save, then ag_hard_prune */
         if (d->nckpt == RD_FILES) {
             snprintf(why, n, "more than %d checkpoints", RD_FILES);

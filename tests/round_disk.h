@@ -7,7 +7,8 @@
  *                  back at a restart through its text (al_hard_encode/decode)
  *   candidate.bin  the candidate a hash vote named, written before the record
  *   commit-R.bin   θ_global at the start of round R (the candidate renamed, or
- *                  written anew), from the newest checkpoint on
+ *                  written anew), from al_hard_keep_from on (the rest go at
+ *                  each commit and checkpoint, as in the agent)
  *   checkpoints    (round, θ_global), every RD_CKPT_EVERY rounds after the
  *                  commit; a stale restart goes back to an older one and the
  *                  newer ones are gone (as tests/test_durable.sh section 3)

@@ -148,7 +148,7 @@ int ag_hard_commit(agent *a, int from_candidate, long h_run, uint32_t members, a
      * files go now, not at the next checkpoint, so a run that checkpoints
      * seldom or never keeps a bounded number of copies of θ on disk. Older
      * files went before, so the first one missing ends the walk. */
-    long keep = a->hard.nlog ? a->hard.log[0].round : a->round;
+    long keep = al_hard_keep_from(&a->hard);
     for (long r = keep - 1; r >= 0; r--) {
         char p[4300];
         ag_hard_path(a, NULL, r, p, sizeof p);

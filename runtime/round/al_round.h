@@ -410,6 +410,12 @@ void al_hard_commit(al_hard *h, long committed, const al_round_hash *base, long 
  * many went (the caller rewrites the record when > 0 and removes the commit
  * files below c). */
 int al_hard_prune(al_hard *h, long c);
+/* The oldest round whose commit file a restart can still use: the first
+ * logged round (a replay from the newest checkpoint starts there), else the
+ * committed one (a take needs commit-<committed> only). The files below it go
+ * at each commit, so a run that checkpoints seldom or never keeps at most
+ * AL_HARD_LOG + 1 copies of θ. */
+long al_hard_keep_from(const al_hard *h);
 /* The log's entry for round r, or NULL. */
 const al_hard_entry *al_hard_entry_of(const al_hard *h, long r);
 

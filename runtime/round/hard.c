@@ -80,6 +80,10 @@ int al_hard_prune(al_hard *h, long c) {
     return dropped;
 }
 
+long al_hard_keep_from(const al_hard *h) {
+    return h->nlog ? h->log[0].round : h->committed;
+}
+
 const al_hard_entry *al_hard_entry_of(const al_hard *h, long r) {
     for (int i = 0; i < h->nlog; i++)
         if (h->log[i].round == r) return &h->log[i];
