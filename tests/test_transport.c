@@ -326,6 +326,10 @@ static void test_identity_refusals(void **state) {
     c = client_as("mallory", F.dir, "mallory"); /* valid, but not a listed peer */
     expect_refused(c, AL_ST_PERMISSION_DENIED);
     al_client_free(c);
+    /* a refusal is counted once its call has closed on the server's thread,
+     * which may be after the client saw it: wait for the count (at most 5 s) */
+    for (int i = 0; i < 500 && al_server_refusals(F.srv, AL_ST_PERMISSION_DENIED) < 2; i++)
+        al_sleep(0.01);
     assert_true(al_server_refusals(F.srv, AL_ST_PERMISSION_DENIED) >= 2);
 }
 
