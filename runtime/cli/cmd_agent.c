@@ -134,14 +134,14 @@ static int check_sites(al_config *c, char **file, int n, al_err *err) {
             return al_errf(err, AL_ECONFIG,
                            "%s differs: %s has %s, %s has %s (every site of a run must agree)", key,
                            file[0], va, file[i], vb);
-        char h0[65], hi[65]; /* what the sites will compare at start-up */
-        al_config_run_hash(&c[0], h0);
-        al_config_run_hash(&c[i], hi);
-        if (strcmp(h0, hi) != 0)
+        char r0[65], ri[65]; /* what the sites will compare at start-up */
+        al_config_run_hash(&c[0], r0);
+        al_config_run_hash(&c[i], ri);
+        if (strcmp(r0, ri) != 0)
             return al_errf(err, AL_ECONFIG,
                            "%s and %s agree key by key but their run hashes differ (%.16s, %.16s): "
                            "a bug, please report it",
-                           file[0], file[i], h0, hi);
+                           file[0], file[i], r0, ri);
         if (i > 0 && !c[0].tls_insecure && !c[i].tls_insecure) {
             char h0[65], hi[65];
             int rc = al_sha256_file(c[0].tls_ca, h0, err);

@@ -80,7 +80,7 @@ static void site_name(const al_round *m, int i, char buf[16]) {
     if (m->cfg.names)
         snprintf(buf, 16, "%s", m->cfg.names[i]);
     else
-        snprintf(buf, 16, "site %d", i);
+        snprintf(buf, 16, "site %u", (unsigned)i % 1000u); /* (i < AL_ROUND_MAX_SITES) */
 }
 
 /* A new action at the queue's end. A full queue (the caller fed events without
