@@ -441,9 +441,10 @@ static void test_shed_at_limit(void **state) {
     assert_int_equal(al_metrics_init(&m, "a", &err), 0);
     assert_int_equal(al_http_start(&h, &cfg, &m, &err), 0);
     int port = al_http_port(h), fds[SLOW];
+    static const char head[] = "GET / HTTP/1.1\r\nX-Slow: 1\r\n"; /* and never the blank line */
     for (int i = 0; i < SLOW; i++) {
         fds[i] = connect_local(port);
-        if (fds[i] >= 0) send(fds[i], "GET / HTTP/1.1\r\nX-Slow: 1\r\n", 29, MSG_NOSIGNAL);
+        if (fds[i] >= 0) send(fds[i], head, sizeof head - 1, MSG_NOSIGNAL);
     }
     struct timespec nap = {0, 300 * 1000 * 1000}; /* the server has accepted them all */
     nanosleep(&nap, NULL);
