@@ -30,6 +30,20 @@ al_test_end() {
     [[ $fail -eq 0 ]]
 }
 
+# al_test_run_dir SITES -- in $tmp: data/ (400 fortunes of one pattern,
+# prepared) and certs/ for SITES (comma-separated), the folder every
+# multi-agent shell test starts from; exits the test on a failure
+al_test_run_dir() {
+    local i
+    cd "$tmp" || exit 1
+    mkdir in
+    for i in $(seq 1 400); do
+        printf 'fortune %d: the quick brown fox %d jumps over the lazy dog %d times\n%%\n' "$i" $((i * 7)) $((i % 13))
+    done >in/f
+    "$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
+    "$bin" certs --dir certs --sites "$1" >/dev/null || { echo "FAIL: certs"; exit 1; }
+}
+
 # The agents a test starts (tests/test_agent.sh, test_durable.sh):
 # start DIR SITE [ARGS...] -- an agent in the background, its log in DIR/SITE.log
 start() {

@@ -66,13 +66,7 @@ fi
 . "${AL_TEST_HERE:-$here}/shell_lib.sh"
 al_test_start test-agent "${1:-}"
 
-cd "$tmp" || exit 1
-mkdir in
-for i in $(seq 1 400); do
-    printf 'fortune %d: the quick brown fox %d jumps over the lazy dog %d times\n%%\n' "$i" $((i * 7)) $((i % 13))
-done >in/f
-"$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
-"$bin" certs --dir certs --sites a,b,c,mallory >/dev/null || { echo "FAIL: certs"; exit 1; }
+al_test_run_dir a,b,c,mallory
 
 # conf DIR SITE "SITES" PORTS... -- write DIR/SITE.ini; extra keys from $EXTRA
 conf() {

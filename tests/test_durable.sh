@@ -32,13 +32,7 @@ al_test_start test-durable "${1:-}"
 sections=" ${AL_TEST_SECTIONS:-1 2 3 4} "
 want() { [[ $sections == *" $1 "* ]]; }
 
-cd "$tmp" || exit 1
-mkdir in
-for i in $(seq 1 400); do
-    printf 'fortune %d: the quick brown fox %d jumps over the lazy dog %d times\n%%\n' "$i" $((i * 7)) $((i % 13))
-done >in/f
-"$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
-"$bin" certs --dir certs --sites a,b,c >/dev/null || { echo "FAIL: certs"; exit 1; }
+al_test_run_dir a,b,c
 
 # conf DIR SITE "SITES" -- DIR/SITE.ini (the pattern of test_agent.sh's conf)
 conf() {

@@ -29,13 +29,7 @@
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/shell_lib.sh"
 al_test_start test-signals "${1:-}"
-cd "$tmp" || exit 1
-mkdir in
-for i in $(seq 1 400); do
-    printf 'fortune %d: the quick brown fox %d jumps over the lazy dog %d times\n%%\n' "$i" $((i * 7)) $((i % 13))
-done >in/f
-"$bin" data prep --format fortune -o data in >/dev/null || { echo "FAIL: data prep"; exit 1; }
-"$bin" certs --dir certs --sites a,b,c >/dev/null || { echo "FAIL: certs"; exit 1; }
+al_test_run_dir a,b,c
 
 HB=1 # [round] heartbeat_s
 # conf DIR: a.ini, b.ini, c.ini for three sites on fresh ports (STEPS, H)
