@@ -193,13 +193,15 @@ typedef struct agent {
     int shook[AG_MAX_SITES];                  /* handshake (config check) done with the peer */
     long fed_round[AG_MAX_SITES];             /* statistics fed to the machine: (round, epoch) */
     uint64_t fed_epoch[AG_MAX_SITES];
-    long misfit_round[AG_MAX_SITES];     /* statistics that did not fit were logged for it */
-    long liar_round[AG_MAX_SITES];       /* the round its mean shard broke the claim check (-1:
-                                          * none): its statistics are not fed again ... */
-    uint64_t liar_inc[AG_MAX_SITES];     /* ... while its incarnation is this one (0: unknown,
-                                          * that round only); a restart is a new chance */
-    uint64_t liar_cleared[AG_MAX_SITES]; /* the incarnation that chance was given to: a
-                                          * peer's older exclusion of it is not followed */
+    long misfit_round[AG_MAX_SITES]; /* statistics that did not fit were logged for it */
+    struct {
+        long round;         /* its mean shard broke the claim check in this round (-1: none):
+                             * its statistics are not fed again ... */
+        uint64_t inc;       /* ... while its incarnation is this one (0: unknown, that round
+                             * only); a restart is a new chance */
+        uint64_t cleared;   /* the incarnation that chance was given to: a peer's older
+                             * exclusion of it is not followed */
+    } liar[AG_MAX_SITES];   /* sites left out as liars (agent_machine.c, ag_mark_liar) */
     char fault_liar_to[72]; /* AL_FAULT=liar:V:SITE: only the mean shard sent to SITE lies */
     double fed_heard[AG_MAX_SITES]; /* hb_seen value last fed as a status */
     al_outer pulled;                /* a state pulled (AL_ACT_SYNC), adopted by AL_ACT_ADOPT */

@@ -328,7 +328,7 @@ static uint64_t incarnation(void) {
 int ag_machine_init(agent *a, al_err *err) {
     for (int i = 0; i < a->nsites; i++) {
         a->name_p[i] = a->name[i];
-        a->fed_round[i] = a->misfit_round[i] = a->liar_round[i] = -1;
+        a->fed_round[i] = a->misfit_round[i] = a->liar[i].round = -1;
     }
     al_round_cfg rc = {.nsites = a->nsites,
                        .self = a->self,
@@ -375,7 +375,7 @@ int ag_machine_init(agent *a, al_err *err) {
 uint32_t ag_liars(const agent *a) {
     uint32_t m = 0;
     for (int i = 0; i < a->nsites; i++)
-        if (a->liar_round[i] >= 0) m |= 1u << i;
+        if (a->liar[i].round >= 0) m |= 1u << i;
     return m;
 }
 
@@ -391,8 +391,8 @@ void ag_mark_liar(agent *a, int i, const char *why) {
     pthread_mutex_lock(&a->mu);
     uint64_t inc = a->pst[i].have_base ? a->pst[i].incarnation : 0;
     pthread_mutex_unlock(&a->mu);
-    a->liar_round[i] = a->round;
-    a->liar_inc[i] = inc;
+    a->liar[i].round = a->round;
+    a->liar[i].inc = inc;
     al_logf(&a->log, AL_LOG_WARN, "round %ld: leaving %s out of the round's next attempts%s (%s)",
             a->round, a->name[i], inc ? " and of every later round until it restarts" : "", why);
     /* the machine neither counts it as a member nor waits for it */
@@ -409,12 +409,12 @@ void ag_mark_liar(agent *a, int i, const char *why) {
  * chance (the peer has not yet seen the restart). */
 static void follow_exclusions(agent *a, const al_peer_status *ps) {
     for (int j = 0; j < a->nsites; j++) {
-        if (j == a->self || !ps[j].have_base || !ps[j].excluded || a->liar_round[j] >= 0 ||
+        if (j == a->self || !ps[j].have_base || !ps[j].excluded || a->liar[j].round >= 0 ||
             !a->rm.peer[j].alive)
             continue;
         for (int x = 0; x < a->nsites; x++) {
-            if (!(ps[j].excluded >> x & 1) || x == a->self || a->liar_round[x] >= 0) continue;
-            if (ps[x].have_base && ps[x].incarnation && ps[x].incarnation == a->liar_cleared[x])
+            if (!(ps[j].excluded >> x & 1) || x == a->self || a->liar[x].round >= 0) continue;
+            if (ps[x].have_base && ps[x].incarnation && ps[x].incarnation == a->liar[x].cleared)
                 continue;
             char why[160];
             snprintf(why, sizeof why, "%s leaves it out as a liar", a->name[j]);
@@ -476,21 +476,21 @@ int ag_feed_inbox(agent *a, al_err *err) {
             a->fed_heard[i] = seen[i] > 0 ? seen[i] : now;
             ag_feed(a, &ev);
         }
-        if (a->liar_round[i] >= 0 && a->liar_round[i] != a->round &&
-            (!a->liar_inc[i] || ps[i].incarnation != a->liar_inc[i])) {
-            if (a->liar_inc[i])
+        if (a->liar[i].round >= 0 && a->liar[i].round != a->round &&
+            (!a->liar[i].inc || ps[i].incarnation != a->liar[i].inc)) {
+            if (a->liar[i].inc)
                 al_logf(&a->log, AL_LOG_INFO,
                         "round %ld: %s restarted since it was left out as a liar in round %ld: "
                         "its statistics count again",
-                        a->round, a->name[i], a->liar_round[i]);
-            a->liar_round[i] = -1; /* a new incarnation, or one round for a sender without */
-            a->liar_cleared[i] = ps[i].incarnation;
+                        a->round, a->name[i], a->liar[i].round);
+            a->liar[i].round = -1; /* a new incarnation, or one round for a sender without */
+            a->liar[i].cleared = ps[i].incarnation;
             ag_publish_liars(a);
             al_round_event ex = {.type = AL_EV_EXCLUDE, .peer = i, .round = -1};
             ag_feed(a, &ex);
         }
         if (a->mine_round != a->round || !have[i] ||
-            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]) || a->liar_round[i] >= 0)
+            (a->fed_round[i] == a->round && a->fed_epoch[i] == ep[i]) || a->liar[i].round >= 0)
             continue;
         al_site_stats theirs = st[i];
         theirs.lr_sq_sum = a->mine.lr_sq_sum;

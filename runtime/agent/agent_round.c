@@ -268,7 +268,7 @@ static int do_exchange(agent *a, const al_round_action *act) {
                 "site %s: round %ld: the exchange (attempt %llu, %d sites) "
                 "failed: %s",
                 a->name[a->self], a->round, (unsigned long long)act->epoch, M, e.msg);
-        if (rc == AL_EINTEGRITY && ev.peer >= 0 && a->liar_round[ev.peer] != a->round)
+        if (rc == AL_EINTEGRITY && ev.peer >= 0 && a->liar[ev.peer].round != a->round)
             /* every member that saw the bytes leaves it out alike, and tells
              * the others in its status: for the rest of the run, or until it
              * restarts */
