@@ -1,12 +1,17 @@
 """test_wanem_cli.py AUTOLOCO -- `autoloco wanem`'s runtime control: a connection
 through the proxy is cut on SIGUSR1, new ones are refused (accepted, then reset:
 nothing reaches the server) until SIGUSR2, and accepted and forwarded after it;
-SIGTERM then stops the proxy, which counts 2 connections, 1 cut, >= 3 refused."""
+SIGTERM then stops the proxy, which counts 2 connections, 1 cut, >= 3 refused.
+Then a server that closes while its client keeps sending (a killed agent): the
+proxy must live on (it died of SIGPIPE and took its link down for good) and
+forward a new connection."""
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
+import time
 
 binary = sys.argv[1]
 fails = 0
@@ -71,14 +76,45 @@ try:
         c2.close()
     check(s2 is not None and passes(c2, s2) and passes(s2, c2),
           "after SIGUSR2 a new connection is accepted and forwarded")
+    # a server gone while its client still sends: closed gracefully (the
+    # proxy's next writes after the server's RST raise SIGPIPE with write(2))
+    # and reset at once (SO_LINGER 0), twice each
+    for k in range(4):
+        try:
+            c3 = socket.create_connection(("127.0.0.1", port))
+        except ConnectionRefusedError:
+            break  # the proxy is gone (checked below)
+        if not ready(target, 2):
+            break
+        s3, _ = target.accept()
+        if k % 2:
+            s3.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s3.close()
+        try:
+            for _ in range(200):
+                c3.send(b"x" * 4096)
+                time.sleep(0.001)
+        except OSError:
+            pass
+        c3.close()
+    time.sleep(0.3)
+    alive = check(proc.poll() is None,
+                  "it lives on after servers closed under a sending client (rc %s)" % proc.poll())
+    s4 = None
+    if alive:
+        c4 = socket.create_connection(("127.0.0.1", port))
+        if ready(target, 2):
+            s4, _ = target.accept()
+    check(s4 is not None and passes(c4, s4) and passes(s4, c4),
+          "and forwards a new connection after them")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=10)
     check(proc.returncode == 0, "SIGTERM stops it with status 0 (got %s)" % proc.returncode)
     # "wanem: U bytes up, D down, N connections, C cuts, R refused"; a retry above may add refusals
     words = out.strip().splitlines()[-1].replace(",", "").split()
     n, cuts, refused = int(words[6]), int(words[8]), int(words[10])
-    check(n == 2 and cuts == 1 and refused >= 3,
-          "it counts 2 connections, 1 cut, >= 3 refused: %s" % out.strip().splitlines()[-1])
+    check(n == 7 and cuts == 1 and refused >= 3,
+          "it counts 7 connections, 1 cut, >= 3 refused: %s" % out.strip().splitlines()[-1])
     check("refusing until released" in err and "accepting connections again" in err,
           "its log says so: %s" % " / ".join(err.strip().splitlines()))
 finally:

@@ -206,7 +206,10 @@ static int pump_out(al_wanem *w, conn *c, int k, double now) {
         piece *p = q->head;
         size_t want = l->rate > 0 ? link_chunk(l, p) : p->len - p->off;
         double start = AL_MAX(p->release, l->t_free);
-        ssize_t n = write(c->fd[1 - k], p->data + p->off, want);
+        /* send, not write: a side the far end closed answers EPIPE, and write would
+         * raise SIGPIPE and kill the whole proxy (every later connection of that
+         * link refused: a chaos soak's cut that never healed) */
+        ssize_t n = send(c->fd[1 - k], p->data + p->off, want, MSG_NOSIGNAL);
         if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : -1;
         if (l->rate > 0) l->t_free = start + (double)n / l->rate;
         p->off += (size_t)n;
