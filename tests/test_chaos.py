@@ -123,6 +123,19 @@ with tempfile.TemporaryDirectory() as d:
     check("make_stale: the oldest checkpoint only, hard state and commit files kept",
           sorted(os.listdir(run)) == ["commit-00000003.bin", "hard.json", "step-00000005"], os.listdir(run))
 
+    # a proxy that exited is a link cut for good: dead_proxies names it with
+    # its status (the check proxies_alive rests on it), a running one is not
+    gone = subprocess.Popen(["sh", "-c", "exit 3"])
+    alive = subprocess.Popen(["sleep", "30"])
+    gone.wait()
+    soak.proxies = {("a", "b"): gone, ("b", "a"): alive}
+    try:
+        check("dead_proxies: the exited proxy, with its status, not the running one",
+              soak.dead_proxies() == {"a->b": 3}, soak.dead_proxies())
+    finally:
+        alive.kill()
+        alive.wait()
+
 for argv, want in [(["--minutes", "0"], "must be > 0"), (["--bin", "/nonexistent"], "not an executable"),
                    (["--pace", "x"], "invalid float")]:
     r = subprocess.run([sys.executable, CHAOS] + argv, capture_output=True, text=True)
