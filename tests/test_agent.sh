@@ -173,6 +173,14 @@ print(f"{run / ref:.2f} ({run:.1f} against {ref:.1f} commits/s)" if ref else "0 
 PY
 }
 evl() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["final_eval_loss"])' "$1" 2>/dev/null; }
+# pace_holds PACE: PACE (pace_of's line) is at least 0.8 of the fault-free
+# run's; 0.5 with AL_TEST_SANITIZED=1 (CI's ASan step: every site runs 2-10x
+# slower there and a fault's fixed costs -- a deadline, a reconnect -- weigh
+# more against the shorter reference rounds)
+pace_holds() {
+    python3 -c "import sys; sys.exit(float(sys.argv[1]) < float(sys.argv[2]))" "${1%% *}" \
+        "$([[ ${AL_TEST_SANITIZED:-0} == 1 ]] && echo 0.5 || echo 0.8)"
+}
 
 # ---- 1. three sites, two workers each -------------------------------------------
 PORTS=($(port) $(port) $(port))
@@ -338,7 +346,7 @@ for s in a b c; do h+=("$(hash_of $dir/run-$s/summary.json)"); done
 refused=$(cat $dir/a.log $dir/b.log | grep -c "refused c's statistics: statistics for round [0-9]*, attempt [0-9]* were already taken from c, with other numbers")
 if [[ $rc -eq 0 && -n ${h[0]} && ${h[0]} == "${h[1]}" && ${h[0]} == "${h[2]}" && ${refused:-0} -ge 4 ]] &&
     ! grep -q "leaving c out" $dir/a.log $dir/b.log &&
-    python3 -c "import sys; sys.exit(float(sys.argv[1]) < 0.8)" "${pace%% *}"; then
+    pace_holds "$pace"; then
     ok "statistics pushed again with other numbers: refused ($refused times), c stays a member, a, b and c end on one theta, at $pace of the pace without the fault"
 else
     no "re-pushed statistics: status $rc, hashes ${h[*]}, $refused refusals, pace $pace: $(grep -h 'refused\|leaving\|error' $dir/a.log $dir/b.log | head -3)"
@@ -619,7 +627,7 @@ if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] &&
     grep -q "mean shard from c refused: its norm .* exceeds the longest |delta|" $dir/b.log &&
     grep -q "leaving c out of the round's next attempts and of every later round until it restarts" $dir/a.log &&
     python3 -c "import sys; r, v = float(sys.argv[1]), float(sys.argv[2]); sys.exit(abs(v - r) > 0.02 * r)" "$ref" "$liar" &&
-    python3 -c "import sys; sys.exit(float(sys.argv[1]) < 0.8)" "${pace%% *}"; then
+    pace_holds "$pace"; then
     ok "a liar (50.0 sent, the honest |delta| reported): refused with log lines and left out until it restarts; a and b agree, end within 2% of a run without it ($liar vs $ref) and keep their pace: $pace of a fault-free run's"
 else
     no "liar: status $rc, hashes $ha $hb, eval $liar vs $ref, pace $pace: $(grep -h 'lies\|refused\|error' $dir/a.log $dir/b.log | head -3)"
@@ -653,7 +661,7 @@ if [[ $rc -eq 0 && -n $ha && $ha == "$hb" ]] &&
     grep -q "mean shard from c refused: its norm .* exceeds the longest |delta|" $dir/a.log &&
     ! grep -q "mean shard from c refused" $dir/b.log &&
     grep -q "leaving c out of the round's next attempts and of every later round until it restarts (a leaves it out as a liar)" $dir/b.log &&
-    python3 -c "import sys; sys.exit(float(sys.argv[1]) < 0.8)" "${pace%% *}"; then
+    pace_holds "$pace"; then
     ok "a liar seen by a only: b follows a's exclusion from its status; a and b agree and keep their pace: $pace of a fault-free run's"
 else
     no "liar seen by one: status $rc, hashes $ha $hb, pace $pace: $(grep -h 'liar\|refused\|error' $dir/a.log $dir/b.log | head -3)"
