@@ -106,6 +106,11 @@ with tempfile.TemporaryDirectory() as d:
     check("due: 2 of each half way: none", soak.due() is None)
     soak.t_sched = (now - 90, now + 10)
     check("due: at 90 %, the third kill-all", soak.due() == "kill-all")
+    A.faults = "cut-link,stop-site"
+    only = ch.Soak(A)
+    only.t_sched = soak.t_sched
+    check("due: a kind left out by --faults is never due", only.due() is None)
+    A.faults = None
 
     check("progressed: every final state past the heal's round",
           ch.progressed({"a": {"round": 1531}, "b": {"round": 1531}}, 1529))
