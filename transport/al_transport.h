@@ -184,6 +184,9 @@ typedef struct al_server_cfg {
     uint32_t num_shards;      /* shards per vector this run (default 1) */
     uint64_t max_shard_bytes; /* largest shard accepted (default 1 GiB + 64 KiB) */
     double idle_timeout_s;    /* longest wait for a client's next message (default 30) */
+    double evict_idle_s;      /* a call silent this long (or that has received nothing) gives
+                               * its slot to a new call of the same peer whose slots are full
+                               * (default min(1, idle_timeout_s)); see server.c */
     int attempts;             /* 1: `epoch` tags an attempt within a round, in any order
                                * (the hooks judge it); the window is by round only */
     al_server_hooks hooks;

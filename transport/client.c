@@ -200,9 +200,12 @@ static int unary_reply(void *u, const uint8_t *data, size_t len, char *why, size
     return wire_unpack(x->rep_desc, data, len, &x->rep, why, n);
 }
 
+/* RESOURCE_EXHAUSTED too: a server whose call slots for this site are full
+ * (al_server_cfg.per_peer_calls) frees one when a call ends or is idle, and
+ * an idle call of ours it evicted to make room ends so (server.c) */
 static int retryable(int st) {
     return st == AL_ST_UNAVAILABLE || st == AL_ST_DEADLINE_EXCEEDED || st == AL_ST_CANCELLED ||
-           st == AL_ST_ABORTED || st == AL_ST_DATA_LOSS;
+           st == AL_ST_ABORTED || st == AL_ST_DATA_LOSS || st == AL_ST_RESOURCE_EXHAUSTED;
 }
 
 /* Retry after status st on this attempt? Not once the operation was cancelled. */

@@ -220,19 +220,38 @@ static void hk_state_done(void *u, void *ref) {
     pthread_mutex_unlock(&a->mu);
 }
 
-/* A heartbeat: the peer's status into the inbox, ours into the reply. */
+/* A heartbeat: the peer's status into the inbox, ours into the reply.
+ * A status ahead of this site's round is not believed on an incoming call
+ * (issue 32): whoever holds the peer's certificate can send one, and the
+ * machine would leave the round to pull from that peer (with the peer down,
+ * a pull that never ends). Which round a peer is at is then taken only from
+ * its answers to this site's own heartbeats, at the address configured for
+ * it (agent_hb.c): a site it reaches, and the one it would pull from. The
+ * call does not count as hearing the peer either, nor does a ping without a
+ * status (every agent sends one). */
 static void hk_status(void *u, const char *site, const al_peer_status *theirs,
                       al_peer_status *mine) {
     agent *a = u;
     int id = ag_site_id(a, site);
     pthread_mutex_lock(&a->mu);
-    ag_heard(a, id);
+    *mine = a->my_status;
+    if (id >= 0 && id != a->self && theirs->have_base && mine->have_base &&
+        theirs->round > mine->round) {
+        int down = a->down[id]; /* (a peer just ahead that answers us: nothing to say) */
+        pthread_mutex_unlock(&a->mu);
+        al_logf(&a->log, down ? AL_LOG_WARN : AL_LOG_DEBUG,
+                "site %s: a heartbeat from %s announces round %llu, ahead of this site's %llu: "
+                "not believed on that call (its answers to this site's heartbeats decide%s)",
+                a->name[a->self], site, (unsigned long long)theirs->round,
+                (unsigned long long)mine->round, down ? "; it answers none now" : "");
+        return;
+    }
+    if (theirs->have_base) ag_heard(a, id); /* (a ping without a status says nothing) */
     if (id >= 0 && id != a->self && theirs->have_base) {
         a->pst[id] = *theirs;
         a->pst_new[id] = 1;
         pthread_cond_broadcast(&a->cv);
     }
-    *mine = a->my_status;
     pthread_mutex_unlock(&a->mu);
 }
 
