@@ -520,8 +520,9 @@ g = [t[r + 1] - t[r] for r in range(4, 8) if r in t and r + 1 in t]
 print(f"{max(g):.3f}" if g else "")
 PY
 )
-took=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t_cut" "${t_3:-0}")
-inbound=$(python3 -c "import sys; t, pt, hb, r = map(float, sys.argv[1:]); print(int(0 <= t <= pt + hb + r))" "$took" $PT2L $HB2L "${round_s:-0}")
+took=never
+[[ -n $t_3 ]] && took=$(python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t_cut" "$t_3")
+inbound=$([[ -n $t_3 ]] && python3 -c "import sys; t, pt, hb, r = map(float, sys.argv[1:]); print(int(0 <= t <= pt + hb + r))" "$took" $PT2L $HB2L "${round_s:-0}")
 forks=$(python3 - $dir <<'PY'
 import json, sys
 seen, bad = {}, 0
@@ -539,7 +540,7 @@ if [[ $rc -eq 0 && -n $t_3 && $inbound == 1 && -n $ha && $ha == "$hb" && $ha == 
     grep -q "fetched the candidate .* from a" $dir/b.log; then
     ok "a link cut inside round 3's vote (a voted, b null, c's vote unseen): a and b carried a's value, b fetched it by its hash, round 3 committed $took s after the cut (peer_timeout_s $PT2L + heartbeat $HB2L + a round ${round_s} s); c caught up after the heal, all on ${ha:0:12}, one history"
 else
-    no "cut inside a vote: rc $rc, round 3 committed ${took} s after the cut (bound $PT2L + $HB2L + ${round_s:-?} s), c at round ${rc3:-?} before the heal, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'carries\|fetched\|refused\|error' $dir/a.log $dir/b.log | head -4)"
+    no "cut inside a vote: rc $rc, round 3 committed ${took} (s after the cut, before the heal) (bound $PT2L + $HB2L + ${round_s:-?} s), c at round ${rc3:-?} before the heal, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'carries\|fetched\|refused\|error' $dir/a.log $dir/b.log | head -4)"
 fi
 
 # ---- 2h. a corrupted theta_global (issue 13) ----------------------------------------
