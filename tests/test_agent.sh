@@ -543,6 +543,52 @@ else
     no "cut inside a vote: rc $rc, round 3 committed ${took} (s after the cut, before the heal) (bound $PT2L + $HB2L + ${round_s:-?} s), c at round ${rc3:-?} before the heal, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'carries\|fetched\|refused\|error' $dir/a.log $dir/b.log | head -4)"
 fi
 
+# ---- 2m. overlap: a power cut after a vote, the voted candidate restored (issue 32) ---
+# With [outer] overlap (delayed, or the suite's AL_TEST_OVERLAP), a persists
+# its vote of round 3 and stops before any status shows it
+# (AL_FAULT=pause:vote:3); the test kills all three sites at once and resumes
+# them with --resume. a holds the candidate it voted for again (before issue
+# 32 an overlapped restart dropped it while its status still reported the
+# vote): its status is true and peers may fetch it. The run finishes with one
+# theta and one history.
+dir=r2m
+PORTS=($(port) $(port) $(port))
+ov=${AL_TEST_OVERLAP:-none}
+[[ $ov == none ]] && ov=delayed
+for s in a b c; do OVERLAP=$ov STEPS=120 H=10 EVERY=1 HB=0.5 PT=2 conf $dir $s "a b c"; done
+AL_FAULT=pause:vote:3 start $dir a
+start $dir b
+start $dir c
+for _ in $(seq 1 1200); do grep -q "paused at vote of round 3" $dir/a.log 2>/dev/null && break; sleep 0.05; done
+paused=$(grep -c "paused at vote of round 3" $dir/a.log)
+kill -KILL $PID_a $PID_b $PID_c
+for s in a b c; do eval "wait \$PID_$s" 2>/dev/null; done
+for s in a b c; do start $dir $s --resume $dir/run-$s; done
+rc=0
+for s in a b c; do eval "await \$PID_$s 400" || rc=1; done
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
+forks=$(python3 - $dir <<'PY'
+import json, sys
+seen, bad = {}, 0
+for s in "abc":
+    for line in open(f"{sys.argv[1]}/run-{s}/events.jsonl"):
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue  # a line cut by the SIGKILL
+        if e.get("event") == "round" and e.get("theta"):
+            bad += seen.setdefault(e["round"], e["theta"]) != e["theta"]
+print(bad)
+PY
+)
+if [[ $paused -ge 1 && $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" && $forks == 0 ]] &&
+    grep -q "round 3: holding the candidate voted for" $dir/a.log &&
+    ! grep -q "is not restored with \[outer\] overlap" $dir/*.log; then
+    ok "overlap = $ov: all three killed after a's vote of round 3 and resumed: a holds the candidate it voted for ($(grep -ho 'applying the candidate voted for before the restart\|fetched the candidate [0-9a-f]* from a' $dir/*.log | sort | uniq -c | tr -s ' ' | paste -sd ';' -)); one theta ${ha:0:12}, one history"
+else
+    no "overlap power cut after a vote: paused $paused, rc $rc, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'holding\|candidate\|error' $dir/*.log | head -4)"
+fi
+
 # ---- 2h. a corrupted theta_global (issue 13) ----------------------------------------
 # r2h: c flips a bit of its theta_global, and of the copy it publishes, halfway
 # through round 2 (AL_FAULT=corrupt:2). At the interval's end it no longer
