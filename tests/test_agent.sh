@@ -393,8 +393,9 @@ fi
 # The cut falls while all three train (intervals of 100 steps, cut as soon as
 # all three logged the same round), not in the few milliseconds of a vote: a
 # member cut off after its peers split their votes may have voted for the value
-# they saw, and they wait for it until the heal (the known limit in
-# docs/ARCHITECTURE.md, "Known limits"; CI hit it once, b and c stalled 200 s).
+# they saw, and they waited for it until the heal before the agent ran the
+# carry (docs/ARCHITECTURE.md, "Known limits"; CI hit it once, b and c stalled
+# 200 s); section 2l now cuts inside a vote on purpose.
 dir=r2g
 PORTS=($(port) $(port) $(port))
 W=($(port) $(port) $(port) $(port)) # a->b, a->c, b->a, c->a

@@ -25,7 +25,7 @@
  *       the others must go on without it (a known limit: see ARCHITECTURE.md).
  *       AL_ROUND_KEEP_GOING=1 counts failures instead of stopping at one.
  * AL_ROUND_CARRY=0 runs the machine without the carry (al_round_cfg.carry: the
- * agent's protocol for now), which waits for the votes of dead sites.
+ * agent's protocol before issue 32), which waits for the votes of dead sites.
  * AL_ROUND_SCHEDULES sets the number of schedules (default 10000: seeds 0..9999,
  * configuration = seed mod 3), AL_ROUND_FIRST_SEED the first seed; `--seed N`
  * replays one schedule with every event and log line printed. */
