@@ -39,6 +39,7 @@ AGENT_RANK = {
     "agent_ckpt": 2,     # checkpoints
     "agent_hard": 2,     # the protocol's hard state: votes, candidates, commits
     "agent_train": 2,    # the interval's training (inline or its own thread)
+    "agent_carry": 3,    # the carry: the candidate kept for peers, fetched, held
     "agent_hb": 3,       # heartbeats (send statistics through agent_net)
     "agent_machine": 4,  # the driver's side of the round machine
     "agent_round": 5,    # the driver

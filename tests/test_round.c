@@ -25,7 +25,7 @@
  *       the others must go on without it (a known limit: see ARCHITECTURE.md).
  *       AL_ROUND_KEEP_GOING=1 counts failures instead of stopping at one.
  * AL_ROUND_CARRY=0 runs the machine without the carry (al_round_cfg.carry: the
- * agent's protocol for now), which waits for the votes of dead sites.
+ * agent's protocol before issue 32), which waits for the votes of dead sites.
  * AL_ROUND_SCHEDULES sets the number of schedules (default 10000: seeds 0..9999,
  * configuration = seed mod 3), AL_ROUND_FIRST_SEED the first seed; `--seed N`
  * replays one schedule with every event and log line printed. */
@@ -1051,6 +1051,70 @@ static void test_carry_holder(void **st) {
     free(m);
 }
 
+/* The agent's restart with the carry (every [outer] overlap since issue 32):
+ * site 0 voted V in attempt 0 of round 4 and restarted with V's candidate
+ * restored (hard.json's held candidate). Its first status reports V as its
+ * latest hash vote and its vote stands; 1 voted null, 2 is never heard. Once
+ * 1 is heard (2 counts as not alive), attempt 0 is left; the promise of
+ * attempt 1 is persisted before a status shows attempt 1, and with 1's report
+ * V is carried from the held copy: no fetch. */
+static void test_carry_restart(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_hash v = hmk(60);
+    al_round_value val = {.hash = v, .members = 7, .origin = 0};
+    al_round_start s = START;
+    s.round = 4;
+    s.base = hmk(4);
+    s.last = (al_round_vote){.round = 4,
+                             .epoch = 0,
+                             .vote = AL_VOTE_HASH,
+                             .value = val,
+                             .accepted = 1,
+                             .acc_epoch = 0,
+                             .acc_value = val};
+    s.held_round = 4;
+    s.held = val;
+    al_round *m = new_machine(&cfg, &s);
+    al_round_status me;
+    al_round_status_get(m, &me);
+    assert_int_equal(me.vote, AL_VOTE_HASH);
+    assert_true(me.accepted && me.acc_epoch == 0 && heq(&me.acc_value.hash, &v));
+    assert_true(m->have_candidate);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    al_round_status null1 = {.round = 4, .base = hmk(4), .vote = AL_VOTE_NULL};
+    int n = 0;
+    for (double t = 0.1; t < 30 && m->epoch == 0; t += 0.25) {
+        al_round_event ev = {.type = AL_EV_STATUS, .now = t, .peer = 1, .st = null1};
+        if (t - (int)t >= 0.5) ev = (al_round_event){.type = AL_EV_TICK, .now = t};
+        n = feed_all(m, ev, a);
+        if (find_act(a, n, AL_ACT_TRAIN)) { /* (the agent replays the interval voted on) */
+            ev =
+                (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = t, .round = 4, .hash = hmk(4)};
+            n = feed_all(m, ev, a);
+        }
+    }
+    assert_int_equal(m->epoch, 1);
+    int promise = -1, status = -1;
+    for (int i = 0; i < n; i++) {
+        if (a[i].type == AL_ACT_PERSIST_VOTE && promise < 0) promise = i;
+        if (a[i].type == AL_ACT_SEND_STATUS && a[i].st.epoch == 1 && status < 0) status = i;
+    }
+    assert_true(promise >= 0 && a[promise].vote == AL_VOTE_NONE && a[promise].rec.promised == 1);
+    assert_true(status < 0 || promise < status); /* persisted before any status shows it */
+    assert_true(a[promise].rec.accepted && heq(&a[promise].rec.acc_value.hash, &v));
+    al_round_status open1 = {.round = 4, .epoch = 1, .base = hmk(4)};
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 31, .peer = 1, .st = open1}, a);
+    assert_null(find_act(a, n, AL_ACT_FETCH)); /* held: carried from the restored copy */
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_HASH);
+    assert_true(heq(&x->hash, &v));
+    assert_int_equal(x->rec.value.origin, 0);
+    free(m);
+}
+
 /* The other side, site 1: it voted null in attempt 0 and does not hold V;
  * site 0 reports V as its latest hash vote. In attempt 1 site 1 fetches V from
  * 0 and votes for it once it holds it; a failed fetch with no other voter to
@@ -1335,8 +1399,8 @@ static void test_sync_short(void **st) {
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
         cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
         cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
-        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_queue_overflow),            \
-        cmocka_unit_test(test_sync_short)
+        cmocka_unit_test(test_carry_restart), cmocka_unit_test(test_commit_elsewhere),             \
+        cmocka_unit_test(test_queue_overflow), cmocka_unit_test(test_sync_short)
 
 int main(int argc, char **argv) {
     prog = argv[0];

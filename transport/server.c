@@ -726,8 +726,19 @@ static void do_pull_state(call_ctx *c) {
     uint32_t part = m ? (uint32_t)m->part : 0;
     char who[AL_SITE_MAX + 1] = "";
     if (m && m->site) snprintf(who, sizeof who, "%s", m->site);
+    uint8_t cand[32];
+    int want_cand = !st && m && m->candidate.len == 32;
+    if (want_cand) memcpy(cand, m->candidate.data, 32);
     if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
-    if (!st) {
+    if (!st && want_cand) {
+        if (!s->cfg.hooks.candidate) {
+            snprintf(why, WHY, "state: this site serves no candidate");
+            st = AL_ST_UNIMPLEMENTED;
+        } else {
+            st = s->cfg.hooks.candidate(s->cfg.hooks.user, who, part, cand, &data, &len, &ref, why,
+                                        WHY);
+        }
+    } else if (!st) {
         if (!s->cfg.hooks.state) {
             snprintf(why, WHY, "state: this site serves no state");
             st = AL_ST_UNIMPLEMENTED;

@@ -254,8 +254,22 @@ typedef struct agent {
     int have_stats[2][AG_MAX_SITES];       /* round + 1 of stats[][], 0: none */
     uint64_t stats_epoch[2][AG_MAX_SITES]; /* ... and its attempt (epoch) */
     ag_snapshot *snap;                     /* the newest published state (NULL before the first) */
-    ag_interval iv;                        /* the interval in progress (saved in checkpoints) */
-    long iv_h;                             /* the H that interval ran with */
+    /* the carry (agent_carry.c): the candidate of this site's latest hash
+     * vote as peers fetch it (under mu; freed as snap is), its hash and round */
+    ag_snapshot *cand_snap;
+    al_round_hash cand_snap_h;
+    /* a candidate fetched (AL_ACT_FETCH into a->pulled) and its decision,
+     * held by AL_ACT_HOLD */
+    int have_fetched;
+    al_round_hash fetched_h;
+    long fetched_round, fetched_h_next;
+    uint32_t fetched_members;
+    char fetched_policy[2048];
+    /* --resume with overlap: the candidate voted for is held without the
+     * interval it came from (not replayed): its apply is taken as a pull */
+    int cand_noiv;
+    ag_interval iv; /* the interval in progress (saved in checkpoints) */
+    long iv_h;      /* the H that interval ran with */
     /* [outer] overlap = delayed (agent_train.c): interval r + 1 trains on a
      * thread of its own while the driver exchanges and votes round r. While
      * bg_running the thread owns θ_local, the trainer (or the workers) and
@@ -310,6 +324,10 @@ typedef struct agent {
                                   * hash chunk outside the round's fragment (streaming) */
     long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
                                   * the merge of round R's fragment starts from */
+    long fault_holdvote;         /* AL_FAULT=holdvote:R: round R's first exchange done, hold
+                                  * the vote until <checkpoint dir>/release exists, then count
+                                  * the exchange as failed (a null vote): with a peer cut off
+                                  * meanwhile, the votes split around an unseen one */
     volatile sig_atomic_t *stop; /* the driver's stop flag: the signal (SIGINT/SIGTERM/SIGHUP) */
     atomic_llong *stop_ms;       /* ... and when it came (CLOCK_MONOTONIC ms; ag_stop_age) */
     atomic_llong stop_from_ms;   /* overlap: a stop's heartbeat counts from here if later (the
