@@ -345,6 +345,9 @@ int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n) 
     if (m->excluded != 0 && m->base_hash.len != 32)
         return bad(why, n, AL_ST_INVALID_ARGUMENT,
                    "heartbeat: exclusions without a round status (no base hash)");
+    if (m->hears != 0 && m->base_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: the sites heard without a round status (no base hash)");
     return AL_ST_OK;
 }
 
@@ -359,6 +362,7 @@ void wire_status_from(al_peer_status *out, const Autoloco__V1__Heartbeat *m) {
     out->members = m->members;
     out->incarnation = out->have_base ? m->incarnation : 0;
     out->excluded = out->have_base ? m->excluded : 0;
+    out->hears = out->have_base ? m->hears : 0;
 }
 
 /* `st` must outlive m: the bytes fields point into it. */
@@ -377,6 +381,7 @@ void wire_status_to(Autoloco__V1__Heartbeat *m, const al_peer_status *st) {
     }
     if (st->have_base) m->incarnation = st->incarnation;
     if (st->have_base) m->excluded = st->excluded;
+    if (st->have_base) m->hears = st->hears;
 }
 
 int wire_check_ack(const Autoloco__V1__ShardAck *m, char *why, size_t n) {
