@@ -335,8 +335,8 @@ typedef struct agent {
     /* when a call of the peer's own last reached this site (not an answer to
      * ours): the sites it hears (al_round_status.hears, agent_members.c) */
     double call_seen[AG_MAX_SITES];
-    uint32_t hears_fed; /* the last AL_EV_HEARS fed (0: none yet) */
-    int down[AG_MAX_SITES];       /* silent for peer_timeout_s: rounds stop waiting for it */
+    uint32_t hears_fed;     /* the last AL_EV_HEARS fed (0: none yet) */
+    int down[AG_MAX_SITES]; /* silent for peer_timeout_s: rounds stop waiting for it */
 } agent;
 
 /* 64 hex digits (al_outer_hash, the run hash) into 32 bytes; -1 if malformed. */

@@ -169,7 +169,7 @@ typedef struct al_round_vote {
     X(AL_EV_RELOADED, "reloaded")       /* hash: of θ_global reloaded from this site's commit */  \
     X(AL_EV_FETCHED, "fetched")         /* peer, round, hash: its candidate, fetched (not held) */ \
     X(AL_EV_FETCH_FAILED, "fetch-failed") /* peer */                                               \
-    X(AL_EV_EXCLUDE, "exclude") /* peer, round: left out from round on (-1: taken again) */  \
+    X(AL_EV_EXCLUDE, "exclude") /* peer, round: left out from round on (-1: taken again) */        \
     X(AL_EV_HEARS, "hears")     /* st.hears: the peers whose own messages reach this site */
 
 typedef enum {
