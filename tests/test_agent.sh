@@ -802,6 +802,88 @@ else
     no "liar seen by one: status $rc, hashes $ha $hb, pace $pace: $(grep -h 'liar\|refused\|error' $dir/a.log $dir/b.log | head -3)"
 fi
 
+# ---- 2ow. a one-way cut of 60 s (issue 32) -----------------------------------------
+# c's calls to a go through a wanem proxy; SIGUSR1 refuses them for 60 s, while
+# a's calls to c (pings answered with c's status, statistics, shards) still
+# get through. a then hears c only in answers, b hears both: every site
+# reads in the statuses' hears that a does not hear c, and all leave c (the
+# higher index of the broken pair) out of the attempts' members, so a and b
+# commit at the pace of a fault-free 3-site run beside them (pace_holds over
+# the cut's 60 s, from peer_timeout_s after it starts), no site exits early,
+# and after the heal all three end on one theta with one history. (The rule
+# of each site's own view: a waits deadline_s for c's statistics, b counts c
+# as a member, every attempt is void: pace ~0.)
+PORTS=($(port) $(port) $(port))
+# (long runs: they must outlast the cut; the reference is stopped at the heal)
+for s in a b c; do STEPS=10000 HB=0.5 PT=2 conf r2ow-ref $s "a b c"; done
+dir=r2ow
+PORTS=($(port) $(port) $(port))
+W=($(port)) # c->a
+"$bin" wanem --listen 127.0.0.1:${W[0]} --to 127.0.0.1:${PORTS[0]} --duration 900 >>$dir.wanem.log 2>&1 &
+pids+=($!)
+wan=$!
+for s in a b; do STEPS=10000 HB=0.5 PT=2 conf $dir $s "a b c"; done
+PEER_PORTS=(${W[0]} "" "")
+STEPS=10000 HB=0.5 PT=2 conf $dir c "a b c"
+unset PEER_PORTS
+sleep 0.3
+start r2ow-ref a; R3a=$PID_a
+start r2ow-ref b; R3b=$PID_b
+start r2ow-ref c; R3c=$PID_c
+for s in a b c; do start $dir $s; done
+lastround() { grep -o "round [0-9]* |" $dir/$1.log 2>/dev/null | tail -1 | grep -o "[0-9]*"; }
+for _ in $(seq 1 1200); do
+    r=$(lastround a)
+    [[ $r -ge 3 && $(lastround b) == "$r" && $(lastround c) == "$r" ]] 2>/dev/null && break
+    sleep 0.05
+done
+kill -USR1 $wan
+t_cut=$(date +%s.%N) ra0=$(lastround a)
+sleep 60
+ra1=$(lastround a)
+kill -USR2 $wan
+t_heal=$(date +%s.%N)
+kill -TERM $R3a $R3b $R3c # (the reference: its pace in the cut's time is what counts)
+rc=0
+for s in a b c; do eval "await \$PID_$s 900" || rc=1; done
+for p in $R3a $R3b $R3c; do await $p 120 || no "the reference run of 2ow did not stop: $(tail -n 2 r2ow-ref/*.log | head -4)"; done
+kill $wan 2>/dev/null
+ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
+# a's commits inside the cut (from peer_timeout_s after it), against the reference's pace
+in_cut() {
+    python3 - $1 "$t_cut" "$t_heal" <<'PY'
+import json, sys
+lo, hi = float(sys.argv[2]) + 2, float(sys.argv[3])
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("event") == "round" and lo <= e["t"] <= hi:
+        print(line, end="")
+PY
+}
+in_cut $dir/run-a/events.jsonl >$dir.cut.jsonl
+in_cut r2ow-ref/run-a/events.jsonl >$dir.ref.jsonl
+pace=$(pace_of $dir.ref.jsonl $dir.cut.jsonl)
+n_cut=$(wc -l <$dir.cut.jsonl)
+forks=$(python3 - $dir <<'PY'
+import json, sys
+seen, bad = {}, 0
+for s in "abc":
+    for line in open(f"{sys.argv[1]}/run-{s}/events.jsonl"):
+        e = json.loads(line)
+        if e.get("event") == "round" and e.get("theta"):
+            bad += seen.setdefault(e["round"], e["theta"]) != e["theta"]
+print(bad)
+PY
+)
+# the run went on after the heal (a's last round is past the one at the heal)
+ra2=$(lastround a)
+if [[ $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" && $forks == 0 && $ra1 -gt $ra0 && $ra2 -gt $ra1 ]] &&
+    pace_holds "$pace" && grep -q "leaves out c: a site of a pair where one does not hear the other" $dir/b.log; then
+    ok "one-way cut c->a for 60 s: a and b committed rounds $ra0..$ra1 ($n_cut in the cut) at pace $pace of a fault-free run, c left out alike by all; after the heal (to round $ra2) all three end on ${ha:0:12}, one history"
+else
+    no "one-way cut: rc $rc, a rounds $ra0..$ra1..$ra2 ($n_cut in the cut), pace $pace, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'leaves out\|error' $dir/*.log | head -4)"
+fi
+
 # ---- 3. exact resume ---------------------------------------------------------------
 PORTS=($(port) $(port))
 for s in a b; do PRESET=demo STEPS=150 H=50 conf r4 $s "a b"; done

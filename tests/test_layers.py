@@ -34,6 +34,7 @@ MODEL_SIDE = ["inner", "outer", "policies", "transport"]
 AGENT_RANK = {
     "agent_hash": 0,     # θ's hashes, the published snapshot's seal
     "agent_events": 0,   # the event log and membership events
+    "agent_members": 0,  # the sites this site hears (one membership per attempt)
     "agent_stream": 1,   # streaming's fragment schedule
     "agent_net": 2,      # server hooks, the exchange, state pulls
     "agent_ckpt": 2,     # checkpoints

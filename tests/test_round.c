@@ -58,6 +58,7 @@ enum {
     F_UNCUT,
     F_CRASH_ALL,
     F_STALE,
+    F_CUT1, /* one way: a's messages to b lost, b's to a delivered (issue 32) */
     F_NFAULTS
 };
 
@@ -116,6 +117,8 @@ typedef struct counts {
     long stale, replays, takes, torn; /* restarts from an older checkpoint; how they caught up */
     long short_served, sync_gave_up;  /* sources that served less than announced; pulls given up */
     long sent, lost, dups;
+    long one_way;        /* one-way cuts */
+    long cut_rounds_min; /* the one-way test: fewest rounds committed during a cut */
     uint64_t max_epoch;
     int max_queue; /* the most actions one event left in a machine's queue */
 } counts;
@@ -127,6 +130,8 @@ typedef struct world {
     int dead_mode, keep_going; /* AL_ROUND_DEAD, AL_ROUND_KEEP_GOING */
     int carry;                 /* al_round_cfg.carry: AL_ROUND_CARRY (default 1) */
     int nine;                  /* every schedule with 9 sites (AL_ROUND_NINE=1 to replay) */
+    int one_way;               /* the one-way test: one long one-way cut, no other fault */
+    long cut_r0;               /* the one-way test: the highest round committed at the cut */
     al_round_cfg cfg;
     al_rng rng;
     sn_net net;
@@ -409,7 +414,7 @@ static void exchange_check(world *w, const sn_event *e) {
     for (int j = 0; j < w->n && fail < 0; j++) {
         const site *p = &w->s[j];
         if (j == e->site || !(e->members >> j & 1)) continue;
-        if (!p->up || !sn_link_up(&w->net, e->site, j)) {
+        if (!p->up || !sn_link_up(&w->net, e->site, j) || !sn_link_up(&w->net, j, e->site)) {
             fail = j;
         } else if (!(p->xch && p->xr == e->round && p->xe == e->epoch && p->xm == e->members)) {
             long r = p->m.round;
@@ -476,9 +481,30 @@ static void recompute_caps(world *w) {
     }
 }
 
+static long top_round(const world *w) {
+    long r = 0;
+    for (int i = 0; i < w->n; i++)
+        if (w->s[i].up && w->s[i].m.round > r) r = w->s[i].m.round;
+    return r;
+}
+
+/* The one-way test, at the cut's end: (l) the sites that can reach each other
+ * both ways committed at least ONE_WAY_MIN rounds during its 60 s (a round
+ * takes about 3 s here; the rule of one site's own view committed none). */
+#define ONE_WAY_MIN 8
+static void one_way_check(world *w) {
+    long k = top_round(w) - w->cut_r0;
+    if (w->c.cut_rounds_min < 0 || k < w->c.cut_rounds_min) w->c.cut_rounds_min = k;
+    if (k < ONE_WAY_MIN)
+        fail_inv(w, "(l) a one-way cut of 60 s: %ld rounds committed during it (at least %d)", k,
+                 ONE_WAY_MIN);
+}
+
 static void fault(world *w, const sn_event *e) {
     site *s = &w->s[e->a];
     trace(w, e->a, SN_FAULT, e->fault, e->b, 0);
+    if (w->one_way && e->fault == F_CUT1) w->cut_r0 = top_round(w);
+    if (w->one_way && e->fault == F_UNCUT) one_way_check(w);
     switch (e->fault) {
     case F_PARTITION: {
         int n0 = 0;
@@ -516,6 +542,10 @@ static void fault(world *w, const sn_event *e) {
     case F_CUT:
     case F_UNCUT:
         w->net.cut[e->a][e->b] = w->net.cut[e->b][e->a] = e->fault == F_CUT;
+        break;
+    case F_CUT1:
+        w->net.cut[e->a][e->b] = 1;
+        w->c.one_way++;
         break;
     }
 }
@@ -666,6 +696,18 @@ static void setup(world *w, uint64_t seed) {
     }
     int dead = (int)al_rng_below(&w->rng, (uint64_t)w->n);
     w->dead = w->dead_mode && w->cfg.quorum == AL_QUORUM_MAJORITY ? dead : -1;
+    if (w->one_way) { /* one one-way cut of 60 s from t = 5 s, a few lost messages */
+        w->net.drop = sn_uniform(&w->rng, 0, 0.05);
+        sn_event e = {.fault = F_CUT1, .a = (int)al_rng_below(&w->rng, (uint64_t)w->n)};
+        e.b = (e.a + 1 + (int)al_rng_below(&w->rng, (uint64_t)w->n - 1)) % w->n;
+        push(w, SN_FAULT, 0, 5, e);
+        e.fault = F_UNCUT;
+        push(w, SN_FAULT, 0, 65, e);
+        w->t_quiesce = 70;
+        w->t_end = w->t_quiesce + 45;
+        push(w, SN_QUIESCE, 0, w->t_quiesce, (sn_event){0});
+        return;
+    }
     int nf = 1 + (int)al_rng_below(&w->rng, 12);
     for (int k = 0; k < nf; k++) {
         sn_event e = {.fault = (int)al_rng_below(&w->rng, F_NFAULTS),
@@ -704,7 +746,10 @@ static int run_schedule(world *w, uint64_t seed) {
         printf("  seed %llu (%s) failed at t=%.3f: %s\n  replay: %s%s --seed %llu\n"
                "  last events:\n",
                (unsigned long long)seed, CONFIG_NAMES[CONFIG_OF(w, seed)], w->now, w->why,
-               w->nine ? "AL_ROUND_NINE=1 " : "", prog, (unsigned long long)seed);
+               w->nine      ? "AL_ROUND_NINE=1 "
+               : w->one_way ? "AL_ROUND_ONEWAY=1 "
+                            : "",
+               prog, (unsigned long long)seed);
         sn_trace_print(&w->trace, 40);
     }
     return w->failed;
@@ -776,6 +821,39 @@ static void test_sim_2_all(void **st) {
 static void test_sim_9_majority(void **st) {
     (void)st;
     simulate(3);
+}
+
+/* One-way cuts (issue 32): 3 or 5 sites (seed mod 3 = 0 or 1), one site's
+ * messages to one peer lost for 60 s and nothing else wrong but a few lost
+ * messages; every schedule alternates the carry (odd seed / 3: on, even: off,
+ * the agent's mode). (l): the others commit at least ONE_WAY_MIN rounds during
+ * the cut; every other invariant as in the random schedules.
+ * AL_ROUND_SCHEDULES_ONEWAY schedules (default 600); AL_ROUND_ONEWAY=1 with
+ * --seed replays one. */
+static void test_sim_one_way(void **st) {
+    (void)st;
+    world *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->one_way = 1;
+    w->c.cut_rounds_min = -1;
+    w->keep_going = (int)env_u64("AL_ROUND_KEEP_GOING", 0);
+    uint64_t first = env_u64("AL_ROUND_FIRST_SEED", 0),
+             n = env_u64("AL_ROUND_SCHEDULES_ONEWAY", 600);
+    long failed = 0, runs = 0;
+    double t0 = al_now();
+    for (uint64_t seed = first; runs < (long)n && (!failed || w->keep_going); seed++) {
+        if (seed % 3 == 2) continue; /* (2 sites, quorum all: a cut leaves no quorum) */
+        w->carry = (int)(seed / 3 & 1);
+        failed += run_schedule(w, seed);
+        runs++;
+    }
+    if (failed) print_message("  %ld schedules failed\n", failed);
+    print_message("  one-way cuts of 60 s: %ld schedules (3 and 5 sites, carry on and off) in "
+                  "%.1f s wall; %ld commits; at least %ld rounds committed during a cut\n",
+                  runs, al_now() - t0, w->c.commits, w->c.cut_rounds_min);
+    world_free(w);
+    free(w);
+    if (failed) fail_msg("an invariant failed (seed above)");
 }
 
 /* ---- direct cases ------------------------------------------------------------------ */
@@ -1412,14 +1490,19 @@ int main(int argc, char **argv) {
         w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
         w->nine = (int)env_u64("AL_ROUND_NINE", 0);
         uint64_t seed = strtoull(argv[2], NULL, 10);
+        w->one_way = (int)env_u64("AL_ROUND_ONEWAY", 0);
+        if (w->one_way) w->carry = (int)(seed / 3 & 1);
         int rc = run_schedule(w, seed);
         printf("seed %llu: %s\n", (unsigned long long)seed, rc ? "FAILED" : "every invariant held");
         world_free(w);
         free(w);
         return rc;
     }
-    const struct CMUnitTest tests[] = {
-        ROUND_CASES, cmocka_unit_test(test_sim_3_majority), cmocka_unit_test(test_sim_5_majority),
-        cmocka_unit_test(test_sim_2_all), cmocka_unit_test(test_sim_9_majority)};
+    const struct CMUnitTest tests[] = {ROUND_CASES,
+                                       cmocka_unit_test(test_sim_3_majority),
+                                       cmocka_unit_test(test_sim_5_majority),
+                                       cmocka_unit_test(test_sim_2_all),
+                                       cmocka_unit_test(test_sim_9_majority),
+                                       cmocka_unit_test(test_sim_one_way)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -237,8 +237,11 @@ static void test_stats_state_heartbeat(void **state) {
     h.excluded = 4;
     EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_INVALID_ARGUMENT, "exclusions");
     h.excluded = 0;
+    h.hears = 3; /* the sites it hears: only with a round status too */
+    EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_INVALID_ARGUMENT, "sites heard");
+    h.hears = 0;
     al_peer_status ps = {
-        .round = 3, .epoch = 1, .have_base = 1, .incarnation = 12345, .excluded = 4};
+        .round = 3, .epoch = 1, .have_base = 1, .incarnation = 12345, .excluded = 4, .hears = 5};
     memset(ps.base, 0xab, 32);
     Autoloco__V1__Heartbeat h2 = AUTOLOCO__V1__HEARTBEAT__INIT;
     h2.schema = AL_SCHEMA;
@@ -249,6 +252,7 @@ static void test_stats_state_heartbeat(void **state) {
     wire_status_from(&back, &h2);
     assert_int_equal(back.incarnation, 12345);
     assert_int_equal(back.excluded, 4);
+    assert_int_equal(back.hears, 5);
     assert_int_equal(back.round, 3);
     h2.incarnation = 0; /* a peer from before incarnations */
     EXPECT(wire_check_heartbeat(&h2, why, sizeof why), AL_ST_OK, "");

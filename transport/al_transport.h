@@ -120,6 +120,7 @@ typedef struct al_peer_status {
     uint32_t members;
     uint64_t incarnation; /* the sender's start, greater at each restart; 0: none */
     uint32_t excluded;    /* sites it leaves out as liars until they restart (bit i) */
+    uint32_t hears;       /* sites whose own calls reach it, itself included (bit i); 0: none */
     uint64_t vote_origin; /* a hash vote's: the attempt whose exchange computed it */
     /* the latest hash vote in this round (Paxos' report; the carry) */
     int accepted;

@@ -348,6 +348,9 @@ int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n) 
     if (m->excluded != 0 && m->base_hash.len != 32)
         return bad(why, n, AL_ST_INVALID_ARGUMENT,
                    "heartbeat: exclusions without a round status (no base hash)");
+    if (m->hears != 0 && m->base_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: the sites heard without a round status (no base hash)");
     int report = m->vote_origin || m->accepted || m->acc_epoch || m->acc_hash.len ||
                  m->acc_members || m->acc_origin;
     if (report && m->base_hash.len != 32)
@@ -384,6 +387,7 @@ void wire_status_from(al_peer_status *out, const Autoloco__V1__Heartbeat *m) {
     out->members = m->members;
     out->incarnation = out->have_base ? m->incarnation : 0;
     out->excluded = out->have_base ? m->excluded : 0;
+    out->hears = out->have_base ? m->hears : 0;
     if (!out->have_base) return;
     out->vote_origin = m->vote_origin;
     out->accepted = m->accepted;
@@ -411,6 +415,7 @@ void wire_status_to(Autoloco__V1__Heartbeat *m, const al_peer_status *st) {
     }
     if (st->have_base) m->incarnation = st->incarnation;
     if (st->have_base) m->excluded = st->excluded;
+    if (st->have_base) m->hears = st->hears;
     if (!st->have_base) return;
     if (st->vote == 2) m->vote_origin = st->vote_origin;
     if (st->accepted) {

@@ -350,7 +350,11 @@ typedef struct agent {
     int hb_running, hb_stop;
     pthread_cond_t hb_cv;
     double hb_seen[AG_MAX_SITES]; /* when the peer last answered (al_now) */
-    int down[AG_MAX_SITES];       /* silent for peer_timeout_s: rounds stop waiting for it */
+    /* when a call of the peer's own last reached this site (not an answer to
+     * ours): the sites it hears (al_round_status.hears, agent_members.c) */
+    double call_seen[AG_MAX_SITES];
+    uint32_t hears_fed;     /* the last AL_EV_HEARS fed (0: none yet) */
+    int down[AG_MAX_SITES]; /* silent for peer_timeout_s: rounds stop waiting for it */
 } agent;
 
 /* 64 hex digits (al_outer_hash, the run hash) into 32 bytes; -1 if malformed. */
@@ -386,7 +390,7 @@ static inline int ag_site_id(const agent *a, const char *name) {
 /* Peer i was heard from (a call of its arrived): it is up. Under a->mu. */
 static inline void ag_heard(agent *a, int i) {
     if (i < 0 || i >= a->nsites) return;
-    a->hb_seen[i] = al_now();
+    a->hb_seen[i] = a->call_seen[i] = al_now();
     a->down[i] = 0;
 }
 /* "SIGTERM" for the log lines of a stop. */

@@ -7,6 +7,7 @@
 #include "agent_machine.h"
 #include "agent_carry.h"
 #include "agent_events.h"
+#include "agent_members.h"
 #include "agent_hard.h"
 #include "agent_hash.h"
 #include "agent_net.h"
@@ -40,6 +41,7 @@ static void status_in(const al_peer_status *p, al_round_status *st) {
         st->acc_value.origin = p->acc_origin;
     }
     st->inc = p->incarnation;
+    st->hears = p->hears;
 }
 
 void ag_status_out(const al_round_status *st, al_peer_status *p) {
@@ -62,6 +64,7 @@ void ag_status_out(const al_round_status *st, al_peer_status *p) {
         p->acc_origin = st->acc_value.origin;
     }
     p->incarnation = st->inc;
+    p->hears = st->hears;
 }
 
 /* Feed one event, stamped now. With AL_LOG=debug, every event that changes
@@ -467,6 +470,13 @@ int ag_feed_inbox(agent *a, al_err *err) {
     }
     pthread_mutex_unlock(&a->mu);
     double now = al_now();
+    uint32_t hears = ag_hears(a); /* whose own calls reach this site: in its statuses */
+    if (hears != a->hears_fed) {
+        a->hears_fed = hears;
+        al_round_event ev = {.type = AL_EV_HEARS};
+        ev.st.hears = hears;
+        ag_feed(a, &ev);
+    }
     follow_exclusions(a, ps);
     for (int i = 0; i < a->nsites; i++) {
         if (i == a->self || !ps[i].have_base) continue;

@@ -568,12 +568,13 @@ static void on_fetched(al_round *m, const al_round_event *ev) {
 
 static void decide_members(al_round *m, double now) {
     if (carry(m, now)) return;
-    uint32_t mem = 1u << m->cfg.self;
+    uint32_t mem = 1u << m->cfg.self, out = al_round_left_out(m);
     int waiting = 0;
     for (int i = 0; i < m->cfg.nsites; i++) {
         const al_round_peer *p = &m->peer[i];
-        if (i == m->cfg.self || !p->alive || (p->excluded >= 0 && p->excluded <= m->round))
-            continue; /* not alive, or left out by the caller (a liar) */
+        if (i == m->cfg.self || !p->alive || (p->excluded >= 0 && p->excluded <= m->round) ||
+            (out >> i & 1))
+            continue; /* not alive, left out by the caller (a liar), or of a broken pair */
         const al_round_status *s = &p->st;
         int here = p->have && s->round == m->round && s->epoch == m->epoch;
         int open = here && heq(&s->base, &m->base) && s->vote == AL_VOTE_NONE;
@@ -583,9 +584,33 @@ static void decide_members(al_round *m, double now) {
                  (s->round == m->round && s->epoch < m->epoch))
             waiting++; /* may still send statistics for (round, epoch) */
     }
-    if (waiting && now < m->t_stats + m->cfg.deadline_s) return;
+    int self_out = (int)(out >> m->cfg.self & 1);
+    if (waiting && !self_out && now < m->t_stats + m->cfg.deadline_s) return;
     if (m->vote != AL_VOTE_NONE) { /* voted here before a restart: that vote stands */
         m->phase = AL_PH_VOTED;
+        return;
+    }
+    if (out != m->out_noted) {
+        m->out_noted = out;
+        if (out) {
+            char who[96] = "";
+            for (int i = 0, n = 0; i < m->cfg.nsites; i++) {
+                char nm[16];
+                if (!(out >> i & 1)) continue;
+                site_name(m, i, nm);
+                n += snprintf(who + n, sizeof who - (size_t)n, "%s%s", n ? ", " : "", nm);
+                if (n >= (int)sizeof who) break;
+            }
+            note(m, AL_LOG_WARN,
+                 "round %ld: attempt %llu leaves out %s: a site of a pair where one does not "
+                 "hear the other (the statuses' hears)",
+                 m->round, (unsigned long long)m->epoch, who);
+        }
+    }
+    if (self_out) { /* this site is the one left out: it casts no vote (a null one would
+                     * void the attempt for the others and start a storm of attempts),
+                     * and follows the others' commit or void */
+        m->members = 0;
         return;
     }
     m->members = mem;
@@ -964,6 +989,10 @@ void al_round_step(al_round *m, const al_round_event *ev) {
     case AL_EV_EXCLUDE:
         if (from_peer) m->peer[j].excluded = ev->round;
         break;
+    case AL_EV_HEARS:
+        m->hears_fed = 1;
+        m->hears = ev->st.hears;
+        break;
     case AL_EV_SYNCED:
         on_synced(m, ev);
         break;
@@ -1008,6 +1037,7 @@ void al_round_status_get(const al_round *m, al_round_status *st) {
     st->vote = m->vote;
     st->value = m->value;
     st->inc = m->cfg.incarnation;
+    st->hears = al_round_hears(m);
     const al_round_value *acc = accepted(m);
     if (acc) {
         st->accepted = 1;
