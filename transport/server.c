@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "al_codec.h"
+#include "server_slots.h"
 #include "wire.h"
 
 enum { TAG_NEW = 1, TAG_OP, TAG_CLOSE, TAG_SHUTDOWN };
@@ -35,16 +36,10 @@ typedef struct shard_entry {
     int complete;
 } shard_entry;
 
-struct call_ctx;
-
 typedef struct peer_bytes {
     char site[AL_SITE_MAX + 1];
     _Atomic uint64_t rx, tx;
-    pthread_mutex_t mu;      /* guards the three below */
-    struct call_ctx **calls; /* this peer's calls in progress (its slots: per_peer_calls) */
-    int ncalls;
-    double evict_logged; /* when an eviction was last logged (al_now), and those since */
-    int evict_quiet;
+    slot_table slots; /* its calls in progress (server_slots.h) */
 } peer_bytes;
 
 typedef struct worker {
@@ -82,15 +77,12 @@ typedef struct call_ctx {
     peer_bytes *peer;      /* who the certificate says it is (NULL until known) */
     uint64_t unattributed; /* bytes read before the peer was known */
     char cn[AL_SITE_MAX + 1];
-    char cn_why[200];        /* why cn is empty: the certificate names no site unambiguously */
-    int counted;             /* this call holds one of peer's slots (until its status is sent) */
-    _Atomic int64_t last_ms; /* when a message last arrived or left (al_now, ms) */
-    atomic_int msgs;         /* messages that arrived */
-    atomic_int evicted;      /* another call of the peer took its slot (slot_take) */
-    int control;             /* a heartbeat (Ping) or statistics: control traffic, in no count */
-    int cut;                 /* this server cancelled it (no progress; its client's deadline) */
-    int stale;               /* its client gave up (its deadline passed, or it cancelled): no
-                              * refusal to log, only a debug line */
+    char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
+    slot_call slot;   /* its claim on one of peer's slots (until its status is sent) */
+    int control;      /* a heartbeat (Ping) or statistics: control traffic, in no count */
+    int cut;          /* this server cancelled it (no progress; its client's deadline) */
+    int stale;        /* its client gave up (its deadline passed, or it cancelled): no
+                       * refusal to log, only a debug line */
 } call_ctx;
 
 /* Has the client's deadline for this call passed? A call queued while this
@@ -167,8 +159,7 @@ static int read_msg(call_ctx *c, grpc_slice *s) {
     if (!bb) return grpc_call_failed_before_recv_message(c->call) ? -1 : 0;
     *s = tu_flatten(bb);
     grpc_byte_buffer_destroy(bb);
-    atomic_fetch_add(&c->msgs, 1);
-    atomic_store(&c->last_ms, (int64_t)(al_now() * 1e3));
+    slot_activity(&c->slot, 1);
     if (c->control)
         ;
     else if (c->peer)
@@ -188,99 +179,46 @@ static int send_msg(call_ctx *c, const ProtobufCMessage *m) {
         grpc_call_start_batch(c->call, ops + first, 2 - first, (void *)(intptr_t)TAG_OP, NULL);
     int rc = e == GRPC_CALL_OK ? wait_op(c, TAG_OP) : -1;
     grpc_byte_buffer_destroy(ops[1].data.send_message.send_message);
-    if (rc == 0) atomic_store(&c->last_ms, (int64_t)(al_now() * 1e3));
+    if (rc == 0) slot_activity(&c->slot, 0);
     if (c->peer && !c->control) atomic_fetch_add(&c->peer->tx, len);
     return rc;
 }
 
-/* ---- a peer's call slots ------------------------------------------------------------- */
+/* ---- a peer's call slots (server_slots.h) ------------------------------------------ */
 
-/* A listed peer holds at most per_peer_calls calls at a time (each holds a
- * server thread to its end). When its slots are full, a new call of the peer
- * takes the slot of its call that has been silent longest, if that one is
- * idle: it has received nothing yet, or nothing has arrived or left on it for
- * evict_idle_s. That call ends RESOURCE_EXHAUSTED and the new one goes on.
- * Only when every call of the peer is busy is the new one refused.
- *
- * Why evict rather than refuse (issue 32): the slots are the peer's, and the
- * newest call of a peer is the one its client waits on. Calls of a client
- * that restarted, froze or lost its connection stay open here until their
- * deadline, and whoever holds the peer's certificate can open idle streams
- * and reopen each as soon as it ends: with refusals, those kept the peer's
- * own pushes and heartbeats out (and a and b disagreed on the members,
- * attempt after attempt). A live call sends at once and keeps sending, so it
- * is never the idle one; a shorter idle timeout alone would not do (the
- * streams are reopened at once). A call evicted by mistake (a slow first
- * chunk) ends with a status its client retries (al_client). */
 static void slot_release(call_ctx *c) {
-    peer_bytes *p = c->peer;
-    if (!p) return;
-    pthread_mutex_lock(&p->mu); /* (counted is written under it: an eviction clears it) */
-    if (c->counted)
-        for (int i = 0; i < p->ncalls; i++)
-            if (p->calls[i] == c) {
-                p->calls[i] = p->calls[--p->ncalls];
-                break;
-            }
-    c->counted = 0;
-    pthread_mutex_unlock(&p->mu);
+    if (c->peer) slots_release(&c->peer->slots, &c->slot);
 }
 
-/* Take a slot of c->peer for c: AL_ST_OK, or AL_ST_RESOURCE_EXHAUSTED with why. */
+/* Take a slot of c->peer for c, evicting an idle call of the peer if its
+ * slots are full: AL_ST_OK, or AL_ST_RESOURCE_EXHAUSTED with why. */
 static int slot_take(call_ctx *c, const char *method, char *why, size_t n) {
     al_server *s = c->w->srv;
     peer_bytes *p = c->peer;
-    int64_t now = (int64_t)(al_now() * 1e3), idle_ms = (int64_t)(s->cfg.evict_idle_s * 1e3);
-    atomic_store(&c->last_ms, now);
-    pthread_mutex_lock(&p->mu);
-    int st = AL_ST_OK;
-    if (p->ncalls < s->cfg.per_peer_calls) {
-        p->calls[p->ncalls++] = c;
-    } else {
-        int v = -1;
-        int64_t oldest = INT64_MAX;
-        for (int i = 0; i < p->ncalls; i++) {
-            int64_t t = atomic_load(&p->calls[i]->last_ms);
-            int idle = atomic_load(&p->calls[i]->msgs) == 0 || now - t >= idle_ms;
-            if (idle && t < oldest) oldest = t, v = i;
-        }
-        if (v < 0) {
-            snprintf(why, n,
-                     "site: %s already has %d calls in progress here (the most one peer may "
-                     "hold), none idle",
-                     p->site, s->cfg.per_peer_calls);
-            st = AL_ST_RESOURCE_EXHAUSTED;
-        } else {
-            call_ctx *old = p->calls[v];
-            int sent = atomic_load(&old->msgs);
-            p->calls[v] = c;
-            old->counted = 0;
-            atomic_store(&old->evicted, 1);
-            char msg[200];
-            snprintf(msg, sizeof msg,
-                     "site: %s opened another call while its %d calls here were all in use; this "
-                     "one was idle (%s for %.1f s) and gave up its slot",
-                     p->site, s->cfg.per_peer_calls, sent ? "silent" : "nothing received",
-                     (double)(now - oldest) / 1e3);
-            grpc_call_cancel_with_status(old->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL);
-            atomic_fetch_add(&s->refusals[AL_ST_RESOURCE_EXHAUSTED], 1);
-            /* at most a line a second per peer: an attacker reopens at once */
-            double t = al_now();
-            if (t - p->evict_logged >= 1.0) {
-                logf_(s, AL_LOG_WARN,
-                      "refused %s: RESOURCE_EXHAUSTED: %s (for a %s call; %d more "
-                      "since the last such line)",
-                      p->site, msg, method, p->evict_quiet);
-                p->evict_logged = t;
-                p->evict_quiet = 0;
-            } else {
-                p->evict_quiet++;
-            }
-        }
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "site: %s opened another call while its %d calls here were all in use, and this "
+             "one was idle: it gave up its slot",
+             p->site, s->cfg.per_peer_calls);
+    slot_eviction ev;
+    int rc = slots_take(&p->slots, &c->slot, s->cfg.evict_idle_s, msg, &ev);
+    if (rc < 0) {
+        snprintf(why, n,
+                 "site: %s already has %d calls in progress here (the most one peer may hold), "
+                 "none idle",
+                 p->site, s->cfg.per_peer_calls);
+        return AL_ST_RESOURCE_EXHAUSTED;
     }
-    if (!st) c->counted = 1;
-    pthread_mutex_unlock(&p->mu);
-    return st;
+    if (rc > 0) {
+        atomic_fetch_add(&s->refusals[AL_ST_RESOURCE_EXHAUSTED], 1);
+        if (ev.log) /* at most a line a second per peer: an attacker reopens at once */
+            logf_(s, AL_LOG_WARN,
+                  "refused %s: RESOURCE_EXHAUSTED: %s (%s for %.1f s; taken by a %s call; %d "
+                  "more such since the last line)",
+                  p->site, msg, ev.nothing_received ? "nothing received" : "silent", ev.idle_s,
+                  method, ev.quiet);
+    }
+    return AL_ST_OK;
 }
 
 /* End the call with a status (and its reason), counting refusals. */
@@ -306,7 +244,7 @@ static void finish(call_ctx *c, int st, const char *why) {
      * call served after a SIGSTOP/SIGCONT, refused for the peer's call slots
      * or cut short) and it is no refusal, only a debug line. */
     if (!c->close_seen) wait_op(c, TAG_CLOSE);
-    if (atomic_load(&c->evicted)) return; /* logged by the call that took its slot */
+    if (atomic_load(&c->slot.evicted)) return; /* logged by the call that took its slot */
     if (c->stale || (c->cancelled && !c->cut)) {
         logf_(s, AL_LOG_DEBUG, "dropped a call of %s its client gave up on (%s: %s)",
               c->cn[0] ? c->cn : "(unknown peer)", al_status_name(st), why);
@@ -785,7 +723,7 @@ static void stream_state(call_ctx *c, uint32_t part, const uint8_t *data, uint64
 }
 
 static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
-    call_ctx c = {.w = w, .call = call, .deadline = d->deadline};
+    call_ctx c = {.w = w, .call = call, .deadline = d->deadline, .slot.call = call};
     grpc_op close_op = {.op = GRPC_OP_RECV_CLOSE_ON_SERVER};
     close_op.data.recv_close_on_server.cancelled = &c.cancelled;
     if (grpc_call_start_batch(call, &close_op, 1, (void *)(intptr_t)TAG_CLOSE, NULL) !=
@@ -886,10 +824,7 @@ static void free_server(al_server *s) {
     while (s->nshards) remove_shard(s, &s->shards[0]);
     free(s->shards);
     free(s->workers);
-    for (size_t i = 0; s->peers && i < s->npeers; i++) {
-        pthread_mutex_destroy(&s->peers[i].mu);
-        free(s->peers[i].calls);
-    }
+    for (size_t i = 0; s->peers && i < s->npeers; i++) slots_free(&s->peers[i].slots);
     free(s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -941,12 +876,10 @@ int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err) {
             goto fail;
         }
         snprintf(s->peers[i].site, sizeof s->peers[i].site, "%s", cfg->peers[i]);
-        s->peers[i].calls = calloc((size_t)s->cfg.per_peer_calls, sizeof *s->peers[i].calls);
-        if (!s->peers[i].calls) {
+        if (slots_init(&s->peers[i].slots, s->cfg.per_peer_calls)) {
             rc = al_errf(err, AL_ENOMEM, "grpc server: out of memory");
             goto fail;
         }
-        pthread_mutex_init(&s->peers[i].mu, NULL);
         s->npeers = i + 1; /* (free_server: those set up so far) */
     }
     s->npeers = cfg->npeers;
