@@ -1472,13 +1472,57 @@ static void test_sync_short(void **st) {
     free(m);
 }
 
+/* al_round_left_out from each site's view (issue 32): sites a, b, c = 0, 1, 2,
+ * all live; hears[i] is what site i's status says it hears. */
+static uint32_t left_out_at(int self, const uint32_t hears[3], int fed) {
+    al_round_cfg cfg = GOOD;
+    cfg.self = self;
+    al_round *m = new_machine(&cfg, &START);
+    al_round_action got[AL_ROUND_MAX_ACTIONS];
+    if (fed) { /* the caller's measure (the agent) */
+        al_round_event ev = {.type = AL_EV_HEARS, .now = 0.1};
+        ev.st.hears = hears[self];
+        feed_all(m, ev, got);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (i == self) continue;
+        al_round_event ev = {.type = AL_EV_STATUS, .now = 0.1, .peer = i};
+        ev.st.hears = hears[i];
+        feed_all(m, ev, got);
+    }
+    uint32_t out = al_round_left_out(m);
+    free(m);
+    return out;
+}
+
+static void test_left_out(void **st) {
+    (void)st;
+    /* the agent's one-way cut: c's calls to a refused; a hears b only, every
+     * site has every status: all three leave c out */
+    const uint32_t cut_ca[3] = {0x3, 0x7, 0x7};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, cut_ca, 1), 1u << 2);
+    /* a's calls to c refused: c hears a and b; still the higher index, c, goes */
+    const uint32_t cut_ac[3] = {0x7, 0x7, 0x6};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, cut_ac, 1), 1u << 2);
+    /* everyone hears everyone, or a sender without the field: no one out */
+    const uint32_t all[3] = {0x7, 0x7, 0x7}, none[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, all, 1), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, none, 0), 0);
+    /* a rejoining site a heard by b, not yet by c: c, the higher index of the
+     * broken pair (a, c), waits, at b and c alike */
+    const uint32_t rejoin[3] = {0x7, 0x7, 0x6};
+    assert_int_equal(left_out_at(1, rejoin, 1), 1u << 2);
+    assert_int_equal(left_out_at(2, rejoin, 1), 1u << 2);
+}
+
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
         cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
         cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
         cmocka_unit_test(test_carry_restart), cmocka_unit_test(test_commit_elsewhere),             \
-        cmocka_unit_test(test_queue_overflow), cmocka_unit_test(test_sync_short)
+        cmocka_unit_test(test_queue_overflow), cmocka_unit_test(test_sync_short),                  \
+        cmocka_unit_test(test_left_out)
 
 int main(int argc, char **argv) {
     prog = argv[0];

@@ -16,7 +16,7 @@ uint32_t ag_hears(agent *a) {
     double now = al_now(), timeout = a->cfg->round_peer_timeout_s;
     pthread_mutex_lock(&a->mu);
     for (int i = 0; i < a->nsites; i++)
-        if (i != a->self && a->call_seen[i] > 0 && now - a->call_seen[i] <= timeout) h |= 1u << i;
+        if (i != a->self && now - a->call_seen[i] <= timeout) h |= 1u << i;
     pthread_mutex_unlock(&a->mu);
     return h;
 }
