@@ -64,14 +64,8 @@ static ag_snapshot *snap_of(agent *a, uint8_t *buf, size_t len, long round, cons
 int ag_carry_save(agent *a, long h_next, const char *policy, al_err *err) {
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = al_outer_serialize(&a->cand, &buf, &len, err); /* (sealed) */
-    if (rc == 0) rc = ag_hard_write(a->cfg->checkpoint_dir, "candidate.bin", buf, len, err);
-    if (rc) {
-        free(buf);
-        return al_err_prefix(err, "round %ld: persisting the candidate", a->round);
-    }
-    a->hard_bytes += (double)len;
-    a->hard_writes++;
+    int rc = ag_hard_save_candidate(a, &buf, &len, err); /* (sealed) */
+    if (rc) return rc;
     uint32_t members = 0;
     for (int j = 0; j < a->cand_M; j++) members |= 1u << a->cand_mem[j];
     keep(a, snap_of(a, buf, len, a->round, &a->cand_h, members, h_next, policy), &a->cand_h);
