@@ -7,6 +7,8 @@
 #      the survivors finish the round without it and go on; the killed site
 #      restarted with --resume rejoins and ends with the same hash; a
 #      connection cut through wanem mid-sync recovers without dropping a site;
+#      a link cut inside a vote commits by the carry (2l); a power cut after a
+#      vote with [outer] overlap restores the candidate voted for (2m);
 #   3. exact resume: a 2-site run stopped by SIGTERM (each site finishes the
 #      round) and resumed ends with the hash of the uninterrupted run, also
 #      with 2 workers per site; `autoloco sim` with the same settings ends on
