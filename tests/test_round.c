@@ -1193,6 +1193,51 @@ static void test_carry_restart(void **st) {
     free(m);
 }
 
+/* A site left out as a liar (AL_EV_EXCLUDE, as the agent feeds it) reports
+ * W, a value only it voted for (its own exchange, whose lie the others
+ * refused): its report is neither counted nor carried, so the attempt
+ * exchanges afresh among the others; before, the agent fetched W from the
+ * liar and committed it (test_agent 2j with streaming, once). */
+static void test_carry_not_from_liar(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    s.last = (al_round_vote){.round = 0, .epoch = 0, .vote = AL_VOTE_NULL, .promised = 1};
+    al_round *m = new_machine(&cfg, &s);
+    assert_int_equal(m->epoch, 1);
+    al_round_action a[4 * AL_ROUND_MAX_ACTIONS]; /* (four feeds a step) */
+    feed_all(m, (al_round_event){.type = AL_EV_EXCLUDE, .now = 0.05, .peer = 2, .round = 0}, a);
+    al_round_status open1 = {.round = 0, .epoch = 1, .base = hmk(1)};
+    al_round_status liar = open1;
+    liar.accepted = 1;
+    liar.acc_epoch = 0;
+    liar.acc_value = (al_round_value){.hash = hmk(66), .members = 7};
+    int fetched = 0, carried = 0;
+    for (double t = 0.1; t < 8; t += 0.25) {
+        al_round_event ev = {.type = AL_EV_STATUS, .now = t, .peer = 1, .st = open1};
+        int n = feed_all(m, ev, a);
+        ev.peer = 2;
+        ev.st = liar;
+        n += feed_all(m, ev, a + n);
+        n += feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t + 0.1}, a + n);
+        if (find_act(a, n, AL_ACT_TRAIN))
+            n += feed_all(
+                m,
+                (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = t, .round = 0, .hash = hmk(1)},
+                a + n);
+        for (int i = 0; i < n; i++) {
+            fetched += a[i].type == AL_ACT_FETCH;
+            carried += a[i].type == AL_ACT_PERSIST_VOTE && a[i].vote == AL_VOTE_HASH;
+        }
+    }
+    assert_int_equal(fetched, 0);
+    assert_int_equal(carried, 0);
+    assert_true(m->phase == AL_PH_STATS || m->phase == AL_PH_EXCHANGE || m->phase == AL_PH_VOTED);
+    free(m);
+}
+
 /* The other side, site 1: it voted null in attempt 0 and does not hold V;
  * site 0 reports V as its latest hash vote. In attempt 1 site 1 fetches V from
  * 0 and votes for it once it holds it; a failed fetch with no other voter to
@@ -1520,9 +1565,9 @@ static void test_left_out(void **st) {
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
         cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
         cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
-        cmocka_unit_test(test_carry_restart), cmocka_unit_test(test_commit_elsewhere),             \
-        cmocka_unit_test(test_queue_overflow), cmocka_unit_test(test_sync_short),                  \
-        cmocka_unit_test(test_left_out)
+        cmocka_unit_test(test_carry_restart), cmocka_unit_test(test_carry_not_from_liar),          \
+        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_queue_overflow),            \
+        cmocka_unit_test(test_sync_short), cmocka_unit_test(test_left_out)
 
 int main(int argc, char **argv) {
     prog = argv[0];

@@ -13,6 +13,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void snap_free(ag_snapshot *sn) {
     if (!sn) return;
@@ -64,14 +65,8 @@ static ag_snapshot *snap_of(agent *a, uint8_t *buf, size_t len, long round, cons
 int ag_carry_save(agent *a, long h_next, const char *policy, al_err *err) {
     uint8_t *buf = NULL;
     size_t len = 0;
-    int rc = al_outer_serialize(&a->cand, &buf, &len, err); /* (sealed) */
-    if (rc == 0) rc = ag_hard_write(a->cfg->checkpoint_dir, "candidate.bin", buf, len, err);
-    if (rc) {
-        free(buf);
-        return al_err_prefix(err, "round %ld: persisting the candidate", a->round);
-    }
-    a->hard_bytes += (double)len;
-    a->hard_writes++;
+    int rc = ag_hard_save_candidate(a, &buf, &len, err); /* (sealed) */
+    if (rc) return rc;
     uint32_t members = 0;
     for (int j = 0; j < a->cand_M; j++) members |= 1u << a->cand_mem[j];
     keep(a, snap_of(a, buf, len, a->round, &a->cand_h, members, h_next, policy), &a->cand_h);
@@ -198,4 +193,35 @@ int ag_carry_hold(agent *a, const al_round_action *act, al_err *err) {
     a->have_cand = 1;
     a->cand_noiv = 0;
     return 0;
+}
+
+/* ---- test hooks (AL_FAULT): a vote held -------------------------------------------- */
+
+/* AL_FAULT=hidevote:R: round R's hash vote persisted, the driver waits for
+ * the test's release file (at most two minutes) before anything shows it
+ * (this site's server still answers: the members' exchanges end). */
+void ag_fault_hide_vote(agent *a, long round) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s/release", a->cfg->checkpoint_dir);
+    al_logf(&a->log, AL_LOG_INFO, "site %s: fault: hiding the vote of round %ld until %s",
+            a->name[a->self], round, p);
+    fflush(NULL);
+    for (int i = 0; i < 2400 && access(p, F_OK) != 0; i++) al_sleep(0.05);
+}
+
+/* AL_FAULT=holdvote:R: the exchange over (done or failed), the vote waits for
+ * the test's release file (at most two minutes), then the exchange counts as
+ * failed. */
+int ag_fault_hold_vote(agent *a, int rc, al_err *err) {
+    char p[4300];
+    snprintf(p, sizeof p, "%s/release", a->cfg->checkpoint_dir);
+    al_logf(&a->log, AL_LOG_INFO, "site %s: fault: holding the vote of round %ld until %s",
+            a->name[a->self], a->round, p);
+    fflush(NULL);
+    for (int i = 0; i < 2400 && access(p, F_OK) != 0; i++) al_sleep(0.05);
+    al_logf(&a->log, AL_LOG_INFO, "site %s: fault: released the vote of round %ld",
+            a->name[a->self], a->round);
+    return rc ? rc
+              : al_errf(err, AL_EPEER, "fault: the exchange of round %ld counted as failed",
+                        a->round);
 }

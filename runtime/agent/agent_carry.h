@@ -23,4 +23,10 @@ void ag_carry_fetch(agent *a, const al_round_action *act, al_round_event *ev);
  * decision and members), as if proposed here. */
 int ag_carry_hold(agent *a, const al_round_action *act, al_err *err);
 
+/* Test hooks (agent_impl.h): AL_FAULT=hidevote:R, the driver waits with its
+ * persisted vote unseen; AL_FAULT=holdvote:R, the exchange's result rc is held,
+ * then counts as failed. Both wait for <checkpoint dir>/release. */
+void ag_fault_hide_vote(agent *a, long round);
+int ag_fault_hold_vote(agent *a, int rc, al_err *err);
+
 #endif

@@ -324,10 +324,13 @@ typedef struct agent {
                                   * hash chunk outside the round's fragment (streaming) */
     long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
                                   * the merge of round R's fragment starts from */
-    long fault_holdvote;         /* AL_FAULT=holdvote:R: round R's first exchange done, hold
+    long fault_holdvote;         /* AL_FAULT=holdvote:R: round R's first exchange over, hold
                                   * the vote until <checkpoint dir>/release exists, then count
                                   * the exchange as failed (a null vote): with a peer cut off
                                   * meanwhile, the votes split around an unseen one */
+    long fault_hidevote;         /* AL_FAULT=hidevote:R: round R's first hash vote persisted,
+                                  * the driver waits until <checkpoint dir>/release exists
+                                  * (nothing shows the vote meanwhile) */
     volatile sig_atomic_t *stop; /* the driver's stop flag: the signal (SIGINT/SIGTERM/SIGHUP) */
     atomic_llong *stop_ms;       /* ... and when it came (CLOCK_MONOTONIC ms; ag_stop_age) */
     atomic_llong stop_from_ms;   /* overlap: a stop's heartbeat counts from here if later (the

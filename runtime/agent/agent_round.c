@@ -229,18 +229,6 @@ static int do_train(agent *a, al_err *err) {
 
 /* AL_ACT_EXCHANGE: Δ with the members the machine chose. A failure is the
  * round's business (a null vote), never the agent's end. */
-/* AL_FAULT=holdvote:R: the exchange done, the vote waits for the test's
- * release file (at most two minutes), then the exchange counts as failed. */
-static int hold_vote(agent *a, al_err *err) {
-    char p[4300];
-    snprintf(p, sizeof p, "%s/release", a->cfg->checkpoint_dir);
-    al_logf(&a->log, AL_LOG_INFO, "site %s: fault: holding the vote of round %ld until %s",
-            a->name[a->self], a->round, p);
-    fflush(NULL);
-    for (int i = 0; i < 2400 && access(p, F_OK) != 0; i++) al_sleep(0.05);
-    return al_errf(err, AL_EPEER, "fault: the exchange of round %ld counted as failed", a->round);
-}
-
 static int do_exchange(agent *a, const al_round_action *act) {
     if (a->round == a->fault_stats) raise(SIGKILL);               /* test hook, see agent_impl.h */
     if (a->round == a->fault_corrupt_xchg) ag_corrupt_outside(a); /* (after the interval's check) */
@@ -273,8 +261,8 @@ static int do_exchange(agent *a, const al_round_action *act) {
     double t_x = al_now();
     if (rc == 0)
         rc = ag_exchange(a, act->epoch, act->members, a->cand_mem, a->cand_st, M, &ev.peer, &e);
-    if (rc == 0 && a->round == a->fault_holdvote && act->epoch == 0) /* test hook */
-        rc = hold_vote(a, &e);
+    if (a->round == a->fault_holdvote && act->epoch == 0)
+        rc = ag_fault_hold_vote(a, rc, &e); /* test hook */
     if (rc == 0) {
         a->xchg_s = al_now() - t_x; /* the link's cost of a round, sent with the next stats */
         a->t_comm_end = al_now();
@@ -757,6 +745,9 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
     case AL_ACT_PERSIST_VOTE: {
         int rc = ag_vote_save(a, &act->rec, err);
         if (rc == 0 && act->rec.vote == AL_VOTE_HASH) ag_fault_pause(a, "vote", act->rec.round);
+        if (rc == 0 && act->rec.vote == AL_VOTE_HASH && act->rec.round == a->fault_hidevote &&
+            act->rec.epoch == 0)
+            ag_fault_hide_vote(a, act->rec.round); /* (test hook) */
         return rc;
     }
     case AL_ACT_APPLY:

@@ -508,6 +508,11 @@ static int carry(al_round *m, double now) {
         const al_round_peer *p = &m->peer[i];
         if (i == m->cfg.self || !p->have || p->st.round != m->round || p->st.epoch != m->epoch)
             continue;
+        /* a site left out (a liar) is neither followed nor counted: its report
+         * may name a value no honest site computed. Still safe: the reports
+         * counted are a quorum of the others, which meets every quorum that
+         * may have committed a value in a site that reports it */
+        if (p->excluded >= 0 && p->excluded <= m->round) continue;
         if (p->st.vote == AL_VOTE_HASH && p->st.value.origin < m->epoch) {
             best = &p->st.value; /* it carried this here: follow it */
             follow = 1;
