@@ -1558,6 +1558,15 @@ static void test_left_out(void **st) {
     const uint32_t rejoin[3] = {0x7, 0x7, 0x6};
     assert_int_equal(left_out_at(1, rejoin, 1), 1u << 2);
     assert_int_equal(left_out_at(2, rejoin, 1), 1u << 2);
+    /* a claims to hear no one (hostile, or cut off all round): b and c leave
+     * a out, not each other, and still make a quorum (a's own view is
+     * exempt: it leaves b and c out, and cannot commit alone) */
+    const uint32_t deaf_a[3] = {0x1, 0x7, 0x7};
+    for (int i = 1; i < 3; i++) assert_int_equal(left_out_at(i, deaf_a, 1), 1u << 0);
+    assert_int_equal(left_out_at(0, deaf_a, 1), 0x6);
+    /* a names only c as unheard: c goes, a and b still make a quorum */
+    const uint32_t a_not_c[3] = {0x3, 0x7, 0x7};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, a_not_c, 1), 1u << 2);
 }
 
 #define ROUND_CASES                                                                                \

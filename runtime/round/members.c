@@ -45,13 +45,29 @@ uint32_t al_round_left_out(const al_round *m) {
     for (int i = 0; i < m->cfg.nsites; i++)
         if (live >> i & 1) present |= hears_of(m, i) & all_sites(m);
     uint32_t in = present;
+    /* A peer that hears fewer than a quorum (itself included) is left out
+     * first, and its view breaks no pair: it could not be in a connected
+     * quorum anyway, and a peer that claims to hear no one (a hostile one, or
+     * one cut off all round) would otherwise leave every higher index out and
+     * stall the rest. What a peer can still do by naming whom it does not
+     * hear is leave out sites while keeping a quorum that includes itself.
+     * This site's own view is exempt: a site that hears too few cannot commit
+     * whatever it decides, and keeps its behaviour when alone (one null vote,
+     * test_alone_no_storm). */
+    uint32_t judge = live;
+    for (int i = 0; i < m->cfg.nsites; i++)
+        if (i != m->cfg.self && (live >> i & 1) &&
+            __builtin_popcount(hears_of(m, i) & all_sites(m)) < m->q) {
+            in &= ~(1u << i);
+            judge &= ~(1u << i);
+        }
     for (int i = 0; i < m->cfg.nsites; i++) {
         for (int j = i + 1; j < m->cfg.nsites; j++) {
             if (!(in >> i & 1) || !(in >> j & 1)) continue;
             /* known broken: a live site (whose view this site has) does not
              * hear the other end */
-            int broken = ((live >> i & 1) && !(hears_of(m, i) >> j & 1)) ||
-                         ((live >> j & 1) && !(hears_of(m, j) >> i & 1));
+            int broken = ((judge >> i & 1) && !(hears_of(m, i) >> j & 1)) ||
+                         ((judge >> j & 1) && !(hears_of(m, j) >> i & 1));
             if (broken) in &= ~(1u << j);
         }
     }
