@@ -1342,6 +1342,71 @@ static void test_commit_elsewhere(void **st) {
     free(m);
 }
 
+/* As test_commit_elsewhere, but both voters have applied V and moved on: each
+ * fetch fails (they no longer hold a round-0 candidate). When their statuses
+ * show round 1 on V, the site pulls that state at once, not after the fetch's
+ * deadline_s, nor when an earlier pull's deadline passes (test_signals'
+ * rejoin: c waited 30 s in sync while a and b ran 120 rounds ahead: try_sync
+ * with no source kept the last pull's t_sync). */
+static void test_commit_fetch_fails(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    al_round *m = new_machine(&cfg, &s);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    /* the peers are a round ahead: the site pulls round 1 (a sync that sets
+     * the pull's deadline, deadline_s ahead) */
+    al_round_status one = {.round = 1, .epoch = 0, .base = hmk(2)};
+    int n =
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = one}, a);
+    if (!find_act(a, n, AL_ACT_SYNC))
+        n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.2, .peer = 2, .st = one},
+                     a);
+    for (double t = 0.3; t < 4.05 && !find_act(a, n, AL_ACT_SYNC); t += 0.1)
+        n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    n = feed_all(m,
+                 (al_round_event){
+                     .type = AL_EV_SYNCED, .now = 0.4, .peer = x->peer, .round = 1, .hash = hmk(2)},
+                 a);
+    assert_int_equal(m->round, 1);
+    assert_non_null(find_act(a, n, AL_ACT_TRAIN));
+    feed_all(m,
+             (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = 0.5, .round = 1, .hash = hmk(2)},
+             a);
+    /* sites 1 and 2 commit V in round 1 between themselves; both fetches of
+     * it fail (they applied it and moved on) */
+    al_round_value v = {.hash = hmk(60), .members = 6, .origin = 0};
+    al_round_status voted = {.round = 1,
+                             .epoch = 0,
+                             .base = hmk(2),
+                             .vote = AL_VOTE_HASH,
+                             .value = v,
+                             .accepted = 1,
+                             .acc_epoch = 0,
+                             .acc_value = v};
+    feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.6, .peer = 1, .st = voted}, a);
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.7, .peer = 2, .st = voted}, a);
+    for (int k = 0; k < 4 && (x = find_act(a, n, AL_ACT_FETCH)); k++)
+        n = feed_all(
+            m, (al_round_event){.type = AL_EV_FETCH_FAILED, .now = 0.8 + 0.01 * k, .peer = x->peer},
+            a);
+    assert_int_equal(m->phase, AL_PH_SYNC);
+    /* their statuses show round 2 on V: pulled at once, within a heartbeat,
+     * not when the earlier pull's deadline (0.3 + deadline_s) passes */
+    al_round_status two = {.round = 2, .epoch = 0, .base = v.hash};
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 1.0, .peer = 1, .st = two}, a);
+    for (double t = 1.1; t < 2.05 && !find_act(a, n, AL_ACT_SYNC); t += 0.1)
+        n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    assert_int_equal(x->peer, 1);
+    assert_int_equal(x->round, 2);
+    free(m);
+}
+
 /* Two sites, quorum majority (both), the peer never heard: the site trains,
  * says "no quorum", votes null once and waits. It used to void attempt after
  * attempt, one per event (over a million in seconds in the agent, a persisted
@@ -1575,8 +1640,9 @@ static void test_left_out(void **st) {
         cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
         cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
         cmocka_unit_test(test_carry_restart), cmocka_unit_test(test_carry_not_from_liar),          \
-        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_queue_overflow),            \
-        cmocka_unit_test(test_sync_short), cmocka_unit_test(test_left_out)
+        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_commit_fetch_fails),        \
+        cmocka_unit_test(test_queue_overflow), cmocka_unit_test(test_sync_short),                  \
+        cmocka_unit_test(test_left_out)
 
 int main(int argc, char **argv) {
     prog = argv[0];

@@ -336,6 +336,9 @@ static void try_sync(al_round *m, double now) {
             return;
         }
         if (m->t_nosrc == 0) m->t_nosrc = now;
+        /* asked again at every event until a source shows (not when an
+         * earlier pull's deadline, still in t_sync, passes) */
+        m->t_sync = now;
         if (now - m->t_nosrc >= AL_ROUND_SYNC_BEATS * m->cfg.heartbeat_s) sync_give_up(m, now);
         return;
     }
