@@ -12,8 +12,9 @@ site). While a and b train, c:
     server's 10 s idle timeout) until a has committed another round and
     replaced the snapshot being streamed, then reads the rest: the state
     arrives whole (its SHA-256 trailer holds);
-  - opens 8 PushShard streams that send nothing: 2 are held, 6 refused at once
-    (RESOURCE_EXHAUSTED), and a and b go on;
+  - opens 8 PushShard streams that send nothing: 2 are held, 6 end at once
+    RESOURCE_EXHAUSTED (each newer one takes the slot of an idle older one:
+    server.c, issue 32), and a and b go on;
   - opens 8 such streams as mallory: all refused at once (PERMISSION_DENIED);
   - never sends statistics, so a and b leave it out of every round.
 Then a and b must finish with status 0 and the same theta, their logs naming

@@ -25,7 +25,7 @@
  *       the others must go on without it (a known limit: see ARCHITECTURE.md).
  *       AL_ROUND_KEEP_GOING=1 counts failures instead of stopping at one.
  * AL_ROUND_CARRY=0 runs the machine without the carry (al_round_cfg.carry: the
- * agent's protocol for now), which waits for the votes of dead sites.
+ * agent's protocol before issue 32), which waits for the votes of dead sites.
  * AL_ROUND_SCHEDULES sets the number of schedules (default 10000: seeds 0..9999,
  * configuration = seed mod 3), AL_ROUND_FIRST_SEED the first seed; `--seed N`
  * replays one schedule with every event and log line printed. */
@@ -58,6 +58,7 @@ enum {
     F_UNCUT,
     F_CRASH_ALL,
     F_STALE,
+    F_CUT1, /* one way: a's messages to b lost, b's to a delivered (issue 32) */
     F_NFAULTS
 };
 
@@ -116,6 +117,8 @@ typedef struct counts {
     long stale, replays, takes, torn; /* restarts from an older checkpoint; how they caught up */
     long short_served, sync_gave_up;  /* sources that served less than announced; pulls given up */
     long sent, lost, dups;
+    long one_way;        /* one-way cuts */
+    long cut_rounds_min; /* the one-way test: fewest rounds committed during a cut */
     uint64_t max_epoch;
     int max_queue; /* the most actions one event left in a machine's queue */
 } counts;
@@ -127,6 +130,8 @@ typedef struct world {
     int dead_mode, keep_going; /* AL_ROUND_DEAD, AL_ROUND_KEEP_GOING */
     int carry;                 /* al_round_cfg.carry: AL_ROUND_CARRY (default 1) */
     int nine;                  /* every schedule with 9 sites (AL_ROUND_NINE=1 to replay) */
+    int one_way;               /* the one-way test: one long one-way cut, no other fault */
+    long cut_r0;               /* the one-way test: the highest round committed at the cut */
     al_round_cfg cfg;
     al_rng rng;
     sn_net net;
@@ -409,7 +414,7 @@ static void exchange_check(world *w, const sn_event *e) {
     for (int j = 0; j < w->n && fail < 0; j++) {
         const site *p = &w->s[j];
         if (j == e->site || !(e->members >> j & 1)) continue;
-        if (!p->up || !sn_link_up(&w->net, e->site, j)) {
+        if (!p->up || !sn_link_up(&w->net, e->site, j) || !sn_link_up(&w->net, j, e->site)) {
             fail = j;
         } else if (!(p->xch && p->xr == e->round && p->xe == e->epoch && p->xm == e->members)) {
             long r = p->m.round;
@@ -476,9 +481,30 @@ static void recompute_caps(world *w) {
     }
 }
 
+static long top_round(const world *w) {
+    long r = 0;
+    for (int i = 0; i < w->n; i++)
+        if (w->s[i].up && w->s[i].m.round > r) r = w->s[i].m.round;
+    return r;
+}
+
+/* The one-way test, at the cut's end: (l) the sites that can reach each other
+ * both ways committed at least ONE_WAY_MIN rounds during its 60 s (a round
+ * takes about 3 s here; the rule of one site's own view committed none). */
+#define ONE_WAY_MIN 8
+static void one_way_check(world *w) {
+    long k = top_round(w) - w->cut_r0;
+    if (w->c.cut_rounds_min < 0 || k < w->c.cut_rounds_min) w->c.cut_rounds_min = k;
+    if (k < ONE_WAY_MIN)
+        fail_inv(w, "(l) a one-way cut of 60 s: %ld rounds committed during it (at least %d)", k,
+                 ONE_WAY_MIN);
+}
+
 static void fault(world *w, const sn_event *e) {
     site *s = &w->s[e->a];
     trace(w, e->a, SN_FAULT, e->fault, e->b, 0);
+    if (w->one_way && e->fault == F_CUT1) w->cut_r0 = top_round(w);
+    if (w->one_way && e->fault == F_UNCUT) one_way_check(w);
     switch (e->fault) {
     case F_PARTITION: {
         int n0 = 0;
@@ -516,6 +542,10 @@ static void fault(world *w, const sn_event *e) {
     case F_CUT:
     case F_UNCUT:
         w->net.cut[e->a][e->b] = w->net.cut[e->b][e->a] = e->fault == F_CUT;
+        break;
+    case F_CUT1:
+        w->net.cut[e->a][e->b] = 1;
+        w->c.one_way++;
         break;
     }
 }
@@ -666,6 +696,18 @@ static void setup(world *w, uint64_t seed) {
     }
     int dead = (int)al_rng_below(&w->rng, (uint64_t)w->n);
     w->dead = w->dead_mode && w->cfg.quorum == AL_QUORUM_MAJORITY ? dead : -1;
+    if (w->one_way) { /* one one-way cut of 60 s from t = 5 s, a few lost messages */
+        w->net.drop = sn_uniform(&w->rng, 0, 0.05);
+        sn_event e = {.fault = F_CUT1, .a = (int)al_rng_below(&w->rng, (uint64_t)w->n)};
+        e.b = (e.a + 1 + (int)al_rng_below(&w->rng, (uint64_t)w->n - 1)) % w->n;
+        push(w, SN_FAULT, 0, 5, e);
+        e.fault = F_UNCUT;
+        push(w, SN_FAULT, 0, 65, e);
+        w->t_quiesce = 70;
+        w->t_end = w->t_quiesce + 45;
+        push(w, SN_QUIESCE, 0, w->t_quiesce, (sn_event){0});
+        return;
+    }
     int nf = 1 + (int)al_rng_below(&w->rng, 12);
     for (int k = 0; k < nf; k++) {
         sn_event e = {.fault = (int)al_rng_below(&w->rng, F_NFAULTS),
@@ -704,7 +746,10 @@ static int run_schedule(world *w, uint64_t seed) {
         printf("  seed %llu (%s) failed at t=%.3f: %s\n  replay: %s%s --seed %llu\n"
                "  last events:\n",
                (unsigned long long)seed, CONFIG_NAMES[CONFIG_OF(w, seed)], w->now, w->why,
-               w->nine ? "AL_ROUND_NINE=1 " : "", prog, (unsigned long long)seed);
+               w->nine      ? "AL_ROUND_NINE=1 "
+               : w->one_way ? "AL_ROUND_ONEWAY=1 "
+                            : "",
+               prog, (unsigned long long)seed);
         sn_trace_print(&w->trace, 40);
     }
     return w->failed;
@@ -776,6 +821,39 @@ static void test_sim_2_all(void **st) {
 static void test_sim_9_majority(void **st) {
     (void)st;
     simulate(3);
+}
+
+/* One-way cuts (issue 32): 3 or 5 sites (seed mod 3 = 0 or 1), one site's
+ * messages to one peer lost for 60 s and nothing else wrong but a few lost
+ * messages; every schedule alternates the carry (odd seed / 3: on, even: off,
+ * the agent's mode). (l): the others commit at least ONE_WAY_MIN rounds during
+ * the cut; every other invariant as in the random schedules.
+ * AL_ROUND_SCHEDULES_ONEWAY schedules (default 600); AL_ROUND_ONEWAY=1 with
+ * --seed replays one. */
+static void test_sim_one_way(void **st) {
+    (void)st;
+    world *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->one_way = 1;
+    w->c.cut_rounds_min = -1;
+    w->keep_going = (int)env_u64("AL_ROUND_KEEP_GOING", 0);
+    uint64_t first = env_u64("AL_ROUND_FIRST_SEED", 0),
+             n = env_u64("AL_ROUND_SCHEDULES_ONEWAY", 600);
+    long failed = 0, runs = 0;
+    double t0 = al_now();
+    for (uint64_t seed = first; runs < (long)n && (!failed || w->keep_going); seed++) {
+        if (seed % 3 == 2) continue; /* (2 sites, quorum all: a cut leaves no quorum) */
+        w->carry = (int)(seed / 3 & 1);
+        failed += run_schedule(w, seed);
+        runs++;
+    }
+    if (failed) print_message("  %ld schedules failed\n", failed);
+    print_message("  one-way cuts of 60 s: %ld schedules (3 and 5 sites, carry on and off) in "
+                  "%.1f s wall; %ld commits; at least %ld rounds committed during a cut\n",
+                  runs, al_now() - t0, w->c.commits, w->c.cut_rounds_min);
+    world_free(w);
+    free(w);
+    if (failed) fail_msg("an invariant failed (seed above)");
 }
 
 /* ---- direct cases ------------------------------------------------------------------ */
@@ -1051,6 +1129,115 @@ static void test_carry_holder(void **st) {
     free(m);
 }
 
+/* The agent's restart with the carry (every [outer] overlap since issue 32):
+ * site 0 voted V in attempt 0 of round 4 and restarted with V's candidate
+ * restored (hard.json's held candidate). Its first status reports V as its
+ * latest hash vote and its vote stands; 1 voted null, 2 is never heard. Once
+ * 1 is heard (2 counts as not alive), attempt 0 is left; the promise of
+ * attempt 1 is persisted before a status shows attempt 1, and with 1's report
+ * V is carried from the held copy: no fetch. */
+static void test_carry_restart(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_hash v = hmk(60);
+    al_round_value val = {.hash = v, .members = 7, .origin = 0};
+    al_round_start s = START;
+    s.round = 4;
+    s.base = hmk(4);
+    s.last = (al_round_vote){.round = 4,
+                             .epoch = 0,
+                             .vote = AL_VOTE_HASH,
+                             .value = val,
+                             .accepted = 1,
+                             .acc_epoch = 0,
+                             .acc_value = val};
+    s.held_round = 4;
+    s.held = val;
+    al_round *m = new_machine(&cfg, &s);
+    al_round_status me;
+    al_round_status_get(m, &me);
+    assert_int_equal(me.vote, AL_VOTE_HASH);
+    assert_true(me.accepted && me.acc_epoch == 0 && heq(&me.acc_value.hash, &v));
+    assert_true(m->have_candidate);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    al_round_status null1 = {.round = 4, .base = hmk(4), .vote = AL_VOTE_NULL};
+    int n = 0;
+    for (double t = 0.1; t < 30 && m->epoch == 0; t += 0.25) {
+        al_round_event ev = {.type = AL_EV_STATUS, .now = t, .peer = 1, .st = null1};
+        if (t - (int)t >= 0.5) ev = (al_round_event){.type = AL_EV_TICK, .now = t};
+        n = feed_all(m, ev, a);
+        if (find_act(a, n, AL_ACT_TRAIN)) { /* (the agent replays the interval voted on) */
+            ev =
+                (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = t, .round = 4, .hash = hmk(4)};
+            n = feed_all(m, ev, a);
+        }
+    }
+    assert_int_equal(m->epoch, 1);
+    int promise = -1, status = -1;
+    for (int i = 0; i < n; i++) {
+        if (a[i].type == AL_ACT_PERSIST_VOTE && promise < 0) promise = i;
+        if (a[i].type == AL_ACT_SEND_STATUS && a[i].st.epoch == 1 && status < 0) status = i;
+    }
+    assert_true(promise >= 0 && a[promise].vote == AL_VOTE_NONE && a[promise].rec.promised == 1);
+    assert_true(status < 0 || promise < status); /* persisted before any status shows it */
+    assert_true(a[promise].rec.accepted && heq(&a[promise].rec.acc_value.hash, &v));
+    al_round_status open1 = {.round = 4, .epoch = 1, .base = hmk(4)};
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 31, .peer = 1, .st = open1}, a);
+    assert_null(find_act(a, n, AL_ACT_FETCH)); /* held: carried from the restored copy */
+    assert_non_null(x = find_act(a, n, AL_ACT_PERSIST_VOTE));
+    assert_int_equal(x->vote, AL_VOTE_HASH);
+    assert_true(heq(&x->hash, &v));
+    assert_int_equal(x->rec.value.origin, 0);
+    free(m);
+}
+
+/* A site left out as a liar (AL_EV_EXCLUDE, as the agent feeds it) reports
+ * W, a value only it voted for (its own exchange, whose lie the others
+ * refused): its report is neither counted nor carried, so the attempt
+ * exchanges afresh among the others; before, the agent fetched W from the
+ * liar and committed it (test_agent 2j with streaming, once). */
+static void test_carry_not_from_liar(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    s.last = (al_round_vote){.round = 0, .epoch = 0, .vote = AL_VOTE_NULL, .promised = 1};
+    al_round *m = new_machine(&cfg, &s);
+    assert_int_equal(m->epoch, 1);
+    al_round_action a[4 * AL_ROUND_MAX_ACTIONS]; /* (four feeds a step) */
+    feed_all(m, (al_round_event){.type = AL_EV_EXCLUDE, .now = 0.05, .peer = 2, .round = 0}, a);
+    al_round_status open1 = {.round = 0, .epoch = 1, .base = hmk(1)};
+    al_round_status liar = open1;
+    liar.accepted = 1;
+    liar.acc_epoch = 0;
+    liar.acc_value = (al_round_value){.hash = hmk(66), .members = 7};
+    int fetched = 0, carried = 0;
+    for (double t = 0.1; t < 8; t += 0.25) {
+        al_round_event ev = {.type = AL_EV_STATUS, .now = t, .peer = 1, .st = open1};
+        int n = feed_all(m, ev, a);
+        ev.peer = 2;
+        ev.st = liar;
+        n += feed_all(m, ev, a + n);
+        n += feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t + 0.1}, a + n);
+        if (find_act(a, n, AL_ACT_TRAIN))
+            n += feed_all(
+                m,
+                (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = t, .round = 0, .hash = hmk(1)},
+                a + n);
+        for (int i = 0; i < n; i++) {
+            fetched += a[i].type == AL_ACT_FETCH;
+            carried += a[i].type == AL_ACT_PERSIST_VOTE && a[i].vote == AL_VOTE_HASH;
+        }
+    }
+    assert_int_equal(fetched, 0);
+    assert_int_equal(carried, 0);
+    assert_true(m->phase == AL_PH_STATS || m->phase == AL_PH_EXCHANGE || m->phase == AL_PH_VOTED);
+    free(m);
+}
+
 /* The other side, site 1: it voted null in attempt 0 and does not hold V;
  * site 0 reports V as its latest hash vote. In attempt 1 site 1 fetches V from
  * 0 and votes for it once it holds it; a failed fetch with no other voter to
@@ -1152,6 +1339,71 @@ static void test_commit_elsewhere(void **st) {
     assert_true(heq(&x->hash, &v.hash));
     assert_int_equal(m->round, 1);
     assert_true(heq(&m->base, &v.hash));
+    free(m);
+}
+
+/* As test_commit_elsewhere, but both voters have applied V and moved on: each
+ * fetch fails (they no longer hold a round-0 candidate). When their statuses
+ * show round 1 on V, the site pulls that state at once, not after the fetch's
+ * deadline_s, nor when an earlier pull's deadline passes (test_signals'
+ * rejoin: c waited 30 s in sync while a and b ran 120 rounds ahead: try_sync
+ * with no source kept the last pull's t_sync). */
+static void test_commit_fetch_fails(void **st) {
+    (void)st;
+    al_round_cfg cfg = GOOD;
+    cfg.carry = 1;
+    al_round_start s = START;
+    s.base = hmk(1);
+    al_round *m = new_machine(&cfg, &s);
+    al_round_action a[AL_ROUND_MAX_ACTIONS];
+    const al_round_action *x;
+    /* the peers are a round ahead: the site pulls round 1 (a sync that sets
+     * the pull's deadline, deadline_s ahead) */
+    al_round_status one = {.round = 1, .epoch = 0, .base = hmk(2)};
+    int n =
+        feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.1, .peer = 1, .st = one}, a);
+    if (!find_act(a, n, AL_ACT_SYNC))
+        n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.2, .peer = 2, .st = one},
+                     a);
+    for (double t = 0.3; t < 4.05 && !find_act(a, n, AL_ACT_SYNC); t += 0.1)
+        n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    n = feed_all(m,
+                 (al_round_event){
+                     .type = AL_EV_SYNCED, .now = 0.4, .peer = x->peer, .round = 1, .hash = hmk(2)},
+                 a);
+    assert_int_equal(m->round, 1);
+    assert_non_null(find_act(a, n, AL_ACT_TRAIN));
+    feed_all(m,
+             (al_round_event){.type = AL_EV_INTERVAL_DONE, .now = 0.5, .round = 1, .hash = hmk(2)},
+             a);
+    /* sites 1 and 2 commit V in round 1 between themselves; both fetches of
+     * it fail (they applied it and moved on) */
+    al_round_value v = {.hash = hmk(60), .members = 6, .origin = 0};
+    al_round_status voted = {.round = 1,
+                             .epoch = 0,
+                             .base = hmk(2),
+                             .vote = AL_VOTE_HASH,
+                             .value = v,
+                             .accepted = 1,
+                             .acc_epoch = 0,
+                             .acc_value = v};
+    feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.6, .peer = 1, .st = voted}, a);
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 0.7, .peer = 2, .st = voted}, a);
+    for (int k = 0; k < 4 && (x = find_act(a, n, AL_ACT_FETCH)); k++)
+        n = feed_all(
+            m, (al_round_event){.type = AL_EV_FETCH_FAILED, .now = 0.8 + 0.01 * k, .peer = x->peer},
+            a);
+    assert_int_equal(m->phase, AL_PH_SYNC);
+    /* their statuses show round 2 on V: pulled at once, within a heartbeat,
+     * not when the earlier pull's deadline (0.3 + deadline_s) passes */
+    al_round_status two = {.round = 2, .epoch = 0, .base = v.hash};
+    n = feed_all(m, (al_round_event){.type = AL_EV_STATUS, .now = 1.0, .peer = 1, .st = two}, a);
+    for (double t = 1.1; t < 2.05 && !find_act(a, n, AL_ACT_SYNC); t += 0.1)
+        n = feed_all(m, (al_round_event){.type = AL_EV_TICK, .now = t}, a);
+    assert_non_null(x = find_act(a, n, AL_ACT_SYNC));
+    assert_int_equal(x->peer, 1);
+    assert_int_equal(x->round, 2);
     free(m);
 }
 
@@ -1330,13 +1582,67 @@ static void test_sync_short(void **st) {
     free(m);
 }
 
+/* al_round_left_out from each site's view (issue 32): sites a, b, c = 0, 1, 2,
+ * all live; hears[i] is what site i's status says it hears. */
+static uint32_t left_out_at(int self, const uint32_t hears[3], int fed) {
+    al_round_cfg cfg = GOOD;
+    cfg.self = self;
+    al_round *m = new_machine(&cfg, &START);
+    al_round_action got[AL_ROUND_MAX_ACTIONS];
+    if (fed) { /* the caller's measure (the agent) */
+        al_round_event ev = {.type = AL_EV_HEARS, .now = 0.1};
+        ev.st.hears = hears[self];
+        feed_all(m, ev, got);
+    }
+    for (int i = 0; i < 3; i++) {
+        if (i == self) continue;
+        al_round_event ev = {.type = AL_EV_STATUS, .now = 0.1, .peer = i};
+        ev.st.hears = hears[i];
+        feed_all(m, ev, got);
+    }
+    uint32_t out = al_round_left_out(m);
+    free(m);
+    return out;
+}
+
+static void test_left_out(void **st) {
+    (void)st;
+    /* the agent's one-way cut: c's calls to a refused; a hears b only, every
+     * site has every status: all three leave c out */
+    const uint32_t cut_ca[3] = {0x3, 0x7, 0x7};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, cut_ca, 1), 1u << 2);
+    /* a's calls to c refused: c hears a and b; still the higher index, c, goes */
+    const uint32_t cut_ac[3] = {0x7, 0x7, 0x6};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, cut_ac, 1), 1u << 2);
+    /* everyone hears everyone, or a sender without the field: no one out */
+    const uint32_t all[3] = {0x7, 0x7, 0x7}, none[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, all, 1), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, none, 0), 0);
+    /* a rejoining site a heard by b, not yet by c: c, the higher index of the
+     * broken pair (a, c), waits, at b and c alike */
+    const uint32_t rejoin[3] = {0x7, 0x7, 0x6};
+    assert_int_equal(left_out_at(1, rejoin, 1), 1u << 2);
+    assert_int_equal(left_out_at(2, rejoin, 1), 1u << 2);
+    /* a claims to hear no one (hostile, or cut off all round): b and c leave
+     * a out, not each other, and still make a quorum (a's own view is
+     * exempt: it leaves b and c out, and cannot commit alone) */
+    const uint32_t deaf_a[3] = {0x1, 0x7, 0x7};
+    for (int i = 1; i < 3; i++) assert_int_equal(left_out_at(i, deaf_a, 1), 1u << 0);
+    assert_int_equal(left_out_at(0, deaf_a, 1), 0x6);
+    /* a names only c as unheard: c goes, a and b still make a quorum */
+    const uint32_t a_not_c[3] = {0x3, 0x7, 0x7};
+    for (int i = 0; i < 3; i++) assert_int_equal(left_out_at(i, a_not_c, 1), 1u << 2);
+}
+
 #define ROUND_CASES                                                                                \
     cmocka_unit_test(test_quorum_names), cmocka_unit_test(test_bad_cfg),                           \
         cmocka_unit_test(test_majority_base), cmocka_unit_test(test_restart_holds_vote),           \
         cmocka_unit_test(test_restart_incarnation), cmocka_unit_test(test_alone_no_storm),         \
         cmocka_unit_test(test_carry_holder), cmocka_unit_test(test_carry_fetch),                   \
-        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_queue_overflow),            \
-        cmocka_unit_test(test_sync_short)
+        cmocka_unit_test(test_carry_restart), cmocka_unit_test(test_carry_not_from_liar),          \
+        cmocka_unit_test(test_commit_elsewhere), cmocka_unit_test(test_commit_fetch_fails),        \
+        cmocka_unit_test(test_queue_overflow), cmocka_unit_test(test_sync_short),                  \
+        cmocka_unit_test(test_left_out)
 
 int main(int argc, char **argv) {
     prog = argv[0];
@@ -1348,14 +1654,19 @@ int main(int argc, char **argv) {
         w->carry = (int)env_u64("AL_ROUND_CARRY", 1);
         w->nine = (int)env_u64("AL_ROUND_NINE", 0);
         uint64_t seed = strtoull(argv[2], NULL, 10);
+        w->one_way = (int)env_u64("AL_ROUND_ONEWAY", 0);
+        if (w->one_way) w->carry = (int)(seed / 3 & 1);
         int rc = run_schedule(w, seed);
         printf("seed %llu: %s\n", (unsigned long long)seed, rc ? "FAILED" : "every invariant held");
         world_free(w);
         free(w);
         return rc;
     }
-    const struct CMUnitTest tests[] = {
-        ROUND_CASES, cmocka_unit_test(test_sim_3_majority), cmocka_unit_test(test_sim_5_majority),
-        cmocka_unit_test(test_sim_2_all), cmocka_unit_test(test_sim_9_majority)};
+    const struct CMUnitTest tests[] = {ROUND_CASES,
+                                       cmocka_unit_test(test_sim_3_majority),
+                                       cmocka_unit_test(test_sim_5_majority),
+                                       cmocka_unit_test(test_sim_2_all),
+                                       cmocka_unit_test(test_sim_9_majority),
+                                       cmocka_unit_test(test_sim_one_way)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

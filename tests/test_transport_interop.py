@@ -262,7 +262,8 @@ def idle_streams(pb, certs, target):
     release.set()
     ch.close()
 
-    # a listed peer: 2 of its 8 idle streams are held, 6 refused at once
+    # a listed peer: 2 of its 8 idle streams are held, 6 end at once (each newer
+    # one takes the slot of an idle older one: transport/server_slots.h)
     ch, release, futs = open_streams("b", 8)
     time.sleep(1.0)
     refused = [f for f in futs if f.done() and f.exception() is not None and
@@ -274,6 +275,13 @@ def idle_streams(pb, certs, target):
     code, dt = ping_as("c")
     check("meanwhile c's heartbeat answered within 2 s", code == grpc.StatusCode.OK and dt < 2,
           f"{code.name} after {dt:.1f} s")
+    # and b's own: a new call of b takes the slot of an idle one (issue 32:
+    # refused, idle streams from b's certificate kept b itself out)
+    code, dt = ping_as("b")
+    still = [f for f in futs if not f.done()]
+    check("meanwhile b's own heartbeat answered within 2 s, taking an idle stream's slot",
+          code == grpc.StatusCode.OK and dt < 2 and len(still) == 1,
+          f"{code.name} after {dt:.1f} s, {len(still)} idle stream(s) still held")
     release.set()
     for f in futs:
         outcome(f, 20)

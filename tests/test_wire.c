@@ -197,6 +197,13 @@ static void test_stats_state_heartbeat(void **state) {
     r.run_id = (char *)"r";
     r.part = AUTOLOCO__V1__STATE_PART__STATE_THETA;
     EXPECT(wire_check_state_request(&r, why, sizeof why), AL_ST_OK, "");
+    uint8_t hash32[33] = {0};
+    r.candidate.data = hash32; /* a candidate by its hash (the carry): 32 bytes or none */
+    r.candidate.len = 32;
+    EXPECT(wire_check_state_request(&r, why, sizeof why), AL_ST_OK, "");
+    r.candidate.len = 33;
+    EXPECT(wire_check_state_request(&r, why, sizeof why), AL_ST_INVALID_ARGUMENT, "candidate");
+    r.candidate.len = 0;
     r.part = (Autoloco__V1__StatePart)4;
     EXPECT(wire_check_state_request(&r, why, sizeof why), AL_ST_INVALID_ARGUMENT, "part");
 
@@ -230,8 +237,11 @@ static void test_stats_state_heartbeat(void **state) {
     h.excluded = 4;
     EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_INVALID_ARGUMENT, "exclusions");
     h.excluded = 0;
+    h.hears = 3; /* the sites it hears: only with a round status too */
+    EXPECT(wire_check_heartbeat(&h, why, sizeof why), AL_ST_INVALID_ARGUMENT, "sites heard");
+    h.hears = 0;
     al_peer_status ps = {
-        .round = 3, .epoch = 1, .have_base = 1, .incarnation = 12345, .excluded = 4};
+        .round = 3, .epoch = 1, .have_base = 1, .incarnation = 12345, .excluded = 4, .hears = 5};
     memset(ps.base, 0xab, 32);
     Autoloco__V1__Heartbeat h2 = AUTOLOCO__V1__HEARTBEAT__INIT;
     h2.schema = AL_SCHEMA;
@@ -242,11 +252,55 @@ static void test_stats_state_heartbeat(void **state) {
     wire_status_from(&back, &h2);
     assert_int_equal(back.incarnation, 12345);
     assert_int_equal(back.excluded, 4);
+    assert_int_equal(back.hears, 5);
     assert_int_equal(back.round, 3);
     h2.incarnation = 0; /* a peer from before incarnations */
     EXPECT(wire_check_heartbeat(&h2, why, sizeof why), AL_ST_OK, "");
     wire_status_from(&back, &h2);
     assert_int_equal(back.incarnation, 0);
+
+    /* the carry's report: a hash vote's origin, the latest hash vote */
+    al_peer_status pc = {.round = 3, .epoch = 4, .have_base = 1, .vote = 2, .members = 3};
+    memset(pc.base, 0xab, 32);
+    memset(pc.vote_hash, 0xcd, 32);
+    pc.vote_origin = 2;
+    pc.accepted = 1;
+    pc.acc_epoch = 2;
+    memset(pc.acc_hash, 0xcd, 32);
+    pc.acc_members = 3;
+    pc.acc_origin = 1;
+    Autoloco__V1__Heartbeat h3 = AUTOLOCO__V1__HEARTBEAT__INIT;
+    h3.schema = AL_SCHEMA;
+    h3.site = (char *)"b";
+    wire_status_to(&h3, &pc);
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_OK, "");
+    wire_status_from(&back, &h3);
+    assert_int_equal(back.vote_origin, 2);
+    assert_true(back.accepted == 1 && back.acc_epoch == 2 && back.acc_members == 3 &&
+                back.acc_origin == 1 && back.acc_hash[31] == 0xcd);
+    h3.acc_epoch = 5; /* an accepted vote after the attempt it reports in */
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_INVALID_ARGUMENT, "accepted value");
+    h3.acc_epoch = 2;
+    h3.acc_origin = 3; /* computed after it was voted */
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_INVALID_ARGUMENT, "accepted value");
+    h3.acc_origin = 1;
+    h3.acc_hash.len = 0;
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_INVALID_ARGUMENT, "accepted value");
+    h3.acc_hash.len = 32;
+    h3.accepted = 2;
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_INVALID_ARGUMENT, "accepted 2");
+    h3.accepted = 0; /* fields of an accepted value without it */
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_INVALID_ARGUMENT, "without accepted");
+    h3.accepted = 1;
+    h3.vote_origin = 5; /* a vote computed after its attempt */
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_INVALID_ARGUMENT, "vote origin");
+    h3.vote_origin = 2;
+    h3.base_hash.len = 0; /* a report without a round status */
+    h3.vote = 0;
+    h3.vote_hash.len = 0;
+    h3.members = 0;
+    h3.vote_origin = 0;
+    EXPECT(wire_check_heartbeat(&h3, why, sizeof why), AL_ST_INVALID_ARGUMENT, "no base hash");
 }
 
 static void test_unpack(void **state) {

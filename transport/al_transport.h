@@ -120,6 +120,14 @@ typedef struct al_peer_status {
     uint32_t members;
     uint64_t incarnation; /* the sender's start, greater at each restart; 0: none */
     uint32_t excluded;    /* sites it leaves out as liars until they restart (bit i) */
+    uint32_t hears;       /* sites whose own calls reach it, itself included (bit i); 0: none */
+    uint64_t vote_origin; /* a hash vote's: the attempt whose exchange computed it */
+    /* the latest hash vote in this round (Paxos' report; the carry) */
+    int accepted;
+    uint64_t acc_epoch;
+    uint8_t acc_hash[32];
+    uint32_t acc_members;
+    uint64_t acc_origin;
 } al_peer_status;
 
 /* ---- TLS --------------------------------------------------------------------------- */
@@ -166,6 +174,11 @@ typedef struct al_server_hooks {
      * round and epoch only. */
     void (*status)(void *user, const char *site, const al_peer_status *theirs,
                    al_peer_status *mine);
+    /* A peer asks for a part of the candidate hashing to `hash` (a hash vote's
+     * value, the carry): as `state`, released by state_done; NOT_FOUND when
+     * no such candidate is held. NULL: such requests are refused. */
+    int (*candidate)(void *user, const char *site, uint32_t part, const uint8_t *hash,
+                     const uint8_t **data, uint64_t *len, void **ref, char *why, size_t n);
 } al_server_hooks;
 
 typedef struct al_server_cfg {
@@ -184,6 +197,9 @@ typedef struct al_server_cfg {
     uint32_t num_shards;      /* shards per vector this run (default 1) */
     uint64_t max_shard_bytes; /* largest shard accepted (default 1 GiB + 64 KiB) */
     double idle_timeout_s;    /* longest wait for a client's next message (default 30) */
+    double evict_idle_s;      /* a call silent this long (or that has received nothing) gives
+                               * its slot to a new call of the same peer whose slots are full
+                               * (default min(1, idle_timeout_s)); see server.c */
     int attempts;             /* 1: `epoch` tags an attempt within a round, in any order
                                * (the hooks judge it); the window is by round only */
     al_server_hooks hooks;
@@ -243,6 +259,11 @@ int al_client_push_stats(al_client *c, const al_stats *s, al_err *err);
 /* Pull one part of the state into a malloc'd buffer (at most max_bytes). */
 int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_t **data,
                          uint64_t *len, al_err *err);
+/* The same for the candidate hashing to `hash` (32 bytes) that the peer holds
+ * (the carry: THETA its outer state, META its decision); the caller checks
+ * what arrives against the hash. */
+int al_client_pull_candidate(al_client *c, uint32_t part, const uint8_t *hash, uint64_t max_bytes,
+                             uint8_t **data, uint64_t *len, al_err *err);
 /* Heartbeat: round trip; *peer_ms receives the peer's clock. Its bytes are not
  * in al_client_bytes (nor in the server's count). */
 int al_client_ping(al_client *c, uint64_t round, uint64_t epoch, uint64_t *peer_ms, al_err *err);

@@ -200,9 +200,12 @@ static int unary_reply(void *u, const uint8_t *data, size_t len, char *why, size
     return wire_unpack(x->rep_desc, data, len, &x->rep, why, n);
 }
 
+/* RESOURCE_EXHAUSTED too: a server whose call slots for this site are full
+ * (al_server_cfg.per_peer_calls) frees one when a call ends or is idle, and
+ * an idle call of ours it evicted to make room ends so (server.c) */
 static int retryable(int st) {
     return st == AL_ST_UNAVAILABLE || st == AL_ST_DEADLINE_EXCEEDED || st == AL_ST_CANCELLED ||
-           st == AL_ST_ABORTED || st == AL_ST_DATA_LOSS;
+           st == AL_ST_ABORTED || st == AL_ST_DATA_LOSS || st == AL_ST_RESOURCE_EXHAUSTED;
 }
 
 /* Retry after status st on this attempt? Not once the operation was cancelled. */
@@ -504,13 +507,17 @@ static int state_next(void *u, grpc_byte_buffer **bb) {
     return 1;
 }
 
-int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_t **data,
-                         uint64_t *len, al_err *err) {
+static int pull(al_client *c, uint32_t part, const uint8_t *hash, uint64_t max_bytes,
+                uint8_t **data, uint64_t *len, al_err *err) {
     Autoloco__V1__StateRequest r = AUTOLOCO__V1__STATE_REQUEST__INIT;
     r.schema = AL_SCHEMA;
     r.site = c->site;
     r.run_id = (char *)c->cfg.run_id;
     r.part = (Autoloco__V1__StatePart)part;
+    if (hash) {
+        r.candidate.data = (uint8_t *)hash;
+        r.candidate.len = 32;
+    }
     *data = NULL;
     *len = 0;
     op_begin(c);
@@ -532,6 +539,16 @@ int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_
         if (!may_retry(c, c->last_status, attempt)) return fail_status(c, "PullState", err);
         backoff_sleep(c, attempt, "PullState");
     }
+}
+
+int al_client_pull_state(al_client *c, uint32_t part, uint64_t max_bytes, uint8_t **data,
+                         uint64_t *len, al_err *err) {
+    return pull(c, part, NULL, max_bytes, data, len, err);
+}
+
+int al_client_pull_candidate(al_client *c, uint32_t part, const uint8_t *hash, uint64_t max_bytes,
+                             uint8_t **data, uint64_t *len, al_err *err) {
+    return pull(c, part, hash, max_bytes, data, len, err);
 }
 
 /* ---- raw calls (tests, tools) ------------------------------------------------------------ */

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "al_codec.h"
+#include "server_slots.h"
 #include "wire.h"
 
 enum { TAG_NEW = 1, TAG_OP, TAG_CLOSE, TAG_SHUTDOWN };
@@ -38,7 +39,7 @@ typedef struct shard_entry {
 typedef struct peer_bytes {
     char site[AL_SITE_MAX + 1];
     _Atomic uint64_t rx, tx;
-    atomic_int active; /* calls of this peer in progress */
+    slot_table slots; /* its calls in progress (server_slots.h) */
 } peer_bytes;
 
 typedef struct worker {
@@ -77,7 +78,7 @@ typedef struct call_ctx {
     uint64_t unattributed; /* bytes read before the peer was known */
     char cn[AL_SITE_MAX + 1];
     char cn_why[200]; /* why cn is empty: the certificate names no site unambiguously */
-    int counted;      /* this call is counted in peer->active (until its status is sent) */
+    slot_call slot;   /* its claim on one of peer's slots (until its status is sent) */
     int control;      /* a heartbeat (Ping) or statistics: control traffic, in no count */
     int cut;          /* this server cancelled it (no progress; its client's deadline) */
     int stale;        /* its client gave up (its deadline passed, or it cancelled): no
@@ -158,6 +159,7 @@ static int read_msg(call_ctx *c, grpc_slice *s) {
     if (!bb) return grpc_call_failed_before_recv_message(c->call) ? -1 : 0;
     *s = tu_flatten(bb);
     grpc_byte_buffer_destroy(bb);
+    slot_activity(&c->slot, 1);
     if (c->control)
         ;
     else if (c->peer)
@@ -177,8 +179,46 @@ static int send_msg(call_ctx *c, const ProtobufCMessage *m) {
         grpc_call_start_batch(c->call, ops + first, 2 - first, (void *)(intptr_t)TAG_OP, NULL);
     int rc = e == GRPC_CALL_OK ? wait_op(c, TAG_OP) : -1;
     grpc_byte_buffer_destroy(ops[1].data.send_message.send_message);
+    if (rc == 0) slot_activity(&c->slot, 0);
     if (c->peer && !c->control) atomic_fetch_add(&c->peer->tx, len);
     return rc;
+}
+
+/* ---- a peer's call slots (server_slots.h) ------------------------------------------ */
+
+static void slot_release(call_ctx *c) {
+    if (c->peer) slots_release(&c->peer->slots, &c->slot);
+}
+
+/* Take a slot of c->peer for c, evicting an idle call of the peer if its
+ * slots are full: AL_ST_OK, or AL_ST_RESOURCE_EXHAUSTED with why. */
+static int slot_take(call_ctx *c, const char *method, char *why, size_t n) {
+    al_server *s = c->w->srv;
+    peer_bytes *p = c->peer;
+    char msg[200];
+    snprintf(msg, sizeof msg,
+             "site: %s opened another call while its %d calls here were all in use, and this "
+             "one was idle: it gave up its slot",
+             p->site, s->cfg.per_peer_calls);
+    slot_eviction ev;
+    int rc = slots_take(&p->slots, &c->slot, s->cfg.evict_idle_s, msg, &ev);
+    if (rc < 0) {
+        snprintf(why, n,
+                 "site: %s already has %d calls in progress here (the most one peer may hold), "
+                 "none idle",
+                 p->site, s->cfg.per_peer_calls);
+        return AL_ST_RESOURCE_EXHAUSTED;
+    }
+    if (rc > 0) {
+        atomic_fetch_add(&s->refusals[AL_ST_RESOURCE_EXHAUSTED], 1);
+        if (ev.log) /* at most a line a second per peer: an attacker reopens at once */
+            logf_(s, AL_LOG_WARN,
+                  "refused %s: RESOURCE_EXHAUSTED: %s (%s for %.1f s; taken by a %s call; %d "
+                  "more such since the last line)",
+                  p->site, msg, ev.nothing_received ? "nothing received" : "silent", ev.idle_s,
+                  method, ev.quiet);
+    }
+    return AL_ST_OK;
 }
 
 /* End the call with a status (and its reason), counting refusals. */
@@ -186,10 +226,7 @@ static void finish(call_ctx *c, int st, const char *why) {
     al_server *s = c->w->srv;
     /* uncount before the status leaves: a client that starts its next call on
      * receiving it must not find this one still counted */
-    if (c->counted) {
-        atomic_fetch_sub(&c->peer->active, 1);
-        c->counted = 0;
-    }
+    slot_release(c);
     grpc_slice details = grpc_slice_from_copied_string(why ? why : "");
     grpc_op ops[2] = {{.op = GRPC_OP_SEND_INITIAL_METADATA},
                       {.op = GRPC_OP_SEND_STATUS_FROM_SERVER}};
@@ -207,6 +244,7 @@ static void finish(call_ctx *c, int st, const char *why) {
      * call served after a SIGSTOP/SIGCONT, refused for the peer's call slots
      * or cut short) and it is no refusal, only a debug line. */
     if (!c->close_seen) wait_op(c, TAG_CLOSE);
+    if (atomic_load(&c->slot.evicted)) return; /* logged by the call that took its slot */
     if (c->stale || (c->cancelled && !c->cut)) {
         logf_(s, AL_LOG_DEBUG, "dropped a call of %s its client gave up on (%s: %s)",
               c->cn[0] ? c->cn : "(unknown peer)", al_status_name(st), why);
@@ -626,8 +664,19 @@ static void do_pull_state(call_ctx *c) {
     uint32_t part = m ? (uint32_t)m->part : 0;
     char who[AL_SITE_MAX + 1] = "";
     if (m && m->site) snprintf(who, sizeof who, "%s", m->site);
+    uint8_t cand[32];
+    int want_cand = !st && m && m->candidate.len == 32;
+    if (want_cand) memcpy(cand, m->candidate.data, 32);
     if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
-    if (!st) {
+    if (!st && want_cand) {
+        if (!s->cfg.hooks.candidate) {
+            snprintf(why, WHY, "state: this site serves no candidate");
+            st = AL_ST_UNIMPLEMENTED;
+        } else {
+            st = s->cfg.hooks.candidate(s->cfg.hooks.user, who, part, cand, &data, &len, &ref, why,
+                                        WHY);
+        }
+    } else if (!st) {
         if (!s->cfg.hooks.state) {
             snprintf(why, WHY, "state: this site serves no state");
             st = AL_ST_UNIMPLEMENTED;
@@ -674,7 +723,7 @@ static void stream_state(call_ctx *c, uint32_t part, const uint8_t *data, uint64
 }
 
 static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
-    call_ctx c = {.w = w, .call = call, .deadline = d->deadline};
+    call_ctx c = {.w = w, .call = call, .deadline = d->deadline, .slot.call = call};
     grpc_op close_op = {.op = GRPC_OP_RECV_CLOSE_ON_SERVER};
     close_op.data.recv_close_on_server.cancelled = &c.cancelled;
     if (grpc_call_start_batch(call, &close_op, 1, (void *)(intptr_t)TAG_CLOSE, NULL) !=
@@ -700,13 +749,11 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         snprintf(why, sizeof why, "site: '%.64s' is not a listed peer of %s", c.cn, srv->site);
         st = AL_ST_PERMISSION_DENIED;
     } else if (c.peer) {
-        c.counted = 1;
-        if (atomic_fetch_add(&c.peer->active, 1) >= srv->cfg.per_peer_calls) {
-            snprintf(why, sizeof why,
-                     "site: %s already has %d calls in progress here (the most one peer may hold)",
-                     c.peer->site, srv->cfg.per_peer_calls);
-            st = AL_ST_RESOURCE_EXHAUSTED;
-        }
+        char meth[32];
+        size_t ml = GRPC_SLICE_LENGTH(d->method), pl = strlen(AL_METHOD_PREFIX);
+        snprintf(meth, sizeof meth, "%.*s", ml > pl ? (int)AL_MIN(ml - pl, 31) : 0,
+                 (const char *)GRPC_SLICE_START_PTR(d->method) + (ml > pl ? pl : 0));
+        st = slot_take(&c, meth, why, sizeof why);
     }
     if (st) {
         finish(&c, st, why);
@@ -732,7 +779,7 @@ static void serve_call(worker *w, grpc_call *call, const grpc_call_details *d) {
         }
     }
     if (!found) finish(&c, AL_ST_UNIMPLEMENTED, "method: unknown");
-    if (c.counted) atomic_fetch_sub(&c.peer->active, 1); /* (a call that never finished) */
+    slot_release(&c); /* (a call that never finished) */
     if (!c.close_seen) wait_op(&c, TAG_CLOSE);
 }
 
@@ -777,6 +824,7 @@ static void free_server(al_server *s) {
     while (s->nshards) remove_shard(s, &s->shards[0]);
     free(s->shards);
     free(s->workers);
+    for (size_t i = 0; s->peers && i < s->npeers; i++) slots_free(&s->peers[i].slots);
     free(s->peers);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -807,6 +855,7 @@ int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err) {
     if (!s->cfg.num_shards) s->cfg.num_shards = 1;
     if (!s->cfg.max_shard_bytes) s->cfg.max_shard_bytes = (UINT64_C(1) << 30) + AL_MSG_OVERHEAD;
     if (s->cfg.idle_timeout_s <= 0) s->cfg.idle_timeout_s = 30;
+    if (s->cfg.evict_idle_s <= 0) s->cfg.evict_idle_s = AL_MIN(1.0, s->cfg.idle_timeout_s);
     s->lim = (wire_limits){.num_shards = s->cfg.num_shards,
                            .max_shard_bytes = s->cfg.max_shard_bytes,
                            .max_payload = s->cfg.max_message - AL_MSG_OVERHEAD / 2};
@@ -827,6 +876,11 @@ int al_server_start(const al_server_cfg *cfg, al_server **out, al_err *err) {
             goto fail;
         }
         snprintf(s->peers[i].site, sizeof s->peers[i].site, "%s", cfg->peers[i]);
+        if (slots_init(&s->peers[i].slots, s->cfg.per_peer_calls)) {
+            rc = al_errf(err, AL_ENOMEM, "grpc server: out of memory");
+            goto fail;
+        }
+        s->npeers = i + 1; /* (free_server: those set up so far) */
     }
     s->npeers = cfg->npeers;
     grpc_server_credentials *creds = NULL;

@@ -300,6 +300,9 @@ int wire_check_state_request(const Autoloco__V1__StateRequest *m, char *why, siz
     if (!run_id_ok(m->run_id)) return bad(why, n, AL_ST_INVALID_ARGUMENT, "run_id: invalid");
     if (!part_ok(m->part))
         return bad(why, n, AL_ST_INVALID_ARGUMENT, "part: %d is unknown", (int)m->part);
+    if (m->candidate.len != 0 && m->candidate.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "candidate: a hash of %zu bytes (0 or 32)",
+                   m->candidate.len);
     return AL_ST_OK;
 }
 
@@ -345,6 +348,31 @@ int wire_check_heartbeat(const Autoloco__V1__Heartbeat *m, char *why, size_t n) 
     if (m->excluded != 0 && m->base_hash.len != 32)
         return bad(why, n, AL_ST_INVALID_ARGUMENT,
                    "heartbeat: exclusions without a round status (no base hash)");
+    if (m->hears != 0 && m->base_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: the sites heard without a round status (no base hash)");
+    int report = m->vote_origin || m->accepted || m->acc_epoch || m->acc_hash.len ||
+                 m->acc_members || m->acc_origin;
+    if (report && m->base_hash.len != 32)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: an accepted value without a round status (no base hash)");
+    if (m->vote_origin > m->epoch || (m->vote != 2 && m->vote_origin))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: vote origin %llu (a hash vote's, at most the epoch %llu)",
+                   (unsigned long long)m->vote_origin, (unsigned long long)m->epoch);
+    if (m->accepted > 1)
+        return bad(why, n, AL_ST_INVALID_ARGUMENT, "heartbeat: accepted %u (0 or 1)", m->accepted);
+    if (m->accepted && (m->acc_hash.len != 32 || m->acc_members == 0 || m->acc_epoch > m->epoch ||
+                        m->acc_origin > m->acc_epoch))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: an accepted value needs a 32-byte hash, its members and "
+                   "origin <= acc_epoch <= epoch (%zu bytes, members %#x, origin %llu, "
+                   "acc_epoch %llu, epoch %llu)",
+                   m->acc_hash.len, m->acc_members, (unsigned long long)m->acc_origin,
+                   (unsigned long long)m->acc_epoch, (unsigned long long)m->epoch);
+    if (!m->accepted && (m->acc_hash.len || m->acc_members || m->acc_epoch || m->acc_origin))
+        return bad(why, n, AL_ST_INVALID_ARGUMENT,
+                   "heartbeat: an accepted hash, members or epoch without accepted = 1");
     return AL_ST_OK;
 }
 
@@ -359,6 +387,16 @@ void wire_status_from(al_peer_status *out, const Autoloco__V1__Heartbeat *m) {
     out->members = m->members;
     out->incarnation = out->have_base ? m->incarnation : 0;
     out->excluded = out->have_base ? m->excluded : 0;
+    out->hears = out->have_base ? m->hears : 0;
+    if (!out->have_base) return;
+    out->vote_origin = m->vote_origin;
+    out->accepted = m->accepted;
+    if (m->accepted) {
+        out->acc_epoch = m->acc_epoch;
+        memcpy(out->acc_hash, m->acc_hash.data, 32);
+        out->acc_members = m->acc_members;
+        out->acc_origin = m->acc_origin;
+    }
 }
 
 /* `st` must outlive m: the bytes fields point into it. */
@@ -377,6 +415,17 @@ void wire_status_to(Autoloco__V1__Heartbeat *m, const al_peer_status *st) {
     }
     if (st->have_base) m->incarnation = st->incarnation;
     if (st->have_base) m->excluded = st->excluded;
+    if (st->have_base) m->hears = st->hears;
+    if (!st->have_base) return;
+    if (st->vote == 2) m->vote_origin = st->vote_origin;
+    if (st->accepted) {
+        m->accepted = 1;
+        m->acc_epoch = st->acc_epoch;
+        m->acc_hash.data = (uint8_t *)st->acc_hash;
+        m->acc_hash.len = 32;
+        m->acc_members = st->acc_members;
+        m->acc_origin = st->acc_origin;
+    }
 }
 
 int wire_check_ack(const Autoloco__V1__ShardAck *m, char *why, size_t n) {

@@ -158,6 +158,8 @@ static void parse_faults(agent *a) {
     if (fault && !strcmp(fault, "badstate")) a->fault_badstate = 1;
     a->fault_freeze = a->fault_corrupt = a->fault_nanmerge = -1;
     if (fault && !strncmp(fault, "nanmerge:", 9)) a->fault_nanmerge = atol(fault + 9);
+    a->fault_holdvote = fault && !strncmp(fault, "holdvote:", 9) ? atol(fault + 9) : -1;
+    a->fault_hidevote = fault && !strncmp(fault, "hidevote:", 9) ? atol(fault + 9) : -1;
     a->fault_corrupt_xchg = -1;
     if (fault && !strncmp(fault, "corrupt:", 8)) {
         if (strstr(fault + 8, ":exchange"))

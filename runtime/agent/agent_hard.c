@@ -106,14 +106,21 @@ int ag_hard_load(agent *a, al_err *err) {
     return 0;
 }
 
-int ag_hard_save_candidate(agent *a, al_err *err) {
+int ag_hard_save_candidate(agent *a, uint8_t **bytes, size_t *len, al_err *err) {
     uint8_t *buf = NULL;
-    size_t len = 0;
-    int rc = al_outer_serialize(&a->cand, &buf, &len, err);
+    size_t n = 0;
+    *bytes = NULL;
+    *len = 0;
+    int rc = al_outer_serialize(&a->cand, &buf, &n, err);
     if (rc == 0) /* (sealed: a damaged copy is refused on load) */
-        rc = put(a, "candidate.bin", buf, len, err);
-    free(buf);
-    return rc ? al_err_prefix(err, "round %ld: persisting the candidate", a->round) : 0;
+        rc = put(a, "candidate.bin", buf, n, err);
+    if (rc) {
+        free(buf);
+        return al_err_prefix(err, "round %ld: persisting the candidate", a->round);
+    }
+    *bytes = buf;
+    *len = n;
+    return 0;
 }
 
 int ag_hard_commit(agent *a, int from_candidate, long h_run, uint32_t members, al_err *err) {

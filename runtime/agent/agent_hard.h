@@ -25,8 +25,9 @@ int ag_hard_save(agent *a, al_err *err);
  * when read, and AL_EFORMAT naming the file and what to do when it exists
  * but is not a whole record of this run (never a silent fresh start). */
 int ag_hard_load(agent *a, al_err *err);
-/* A hash vote's candidate (a->cand) into candidate.bin. */
-int ag_hard_save_candidate(agent *a, al_err *err);
+/* A hash vote's candidate (a->cand) into candidate.bin; *bytes (malloc'd,
+ * the caller's) and *len get what was written. */
+int ag_hard_save_candidate(agent *a, uint8_t **bytes, size_t *len, al_err *err);
 /* The commit of round a->round - 1 (θ_global = a->outer, already applied
  * or adopted) into commit-<a->round>.bin and the record: by renaming
  * candidate.bin when it holds that θ (`from_candidate`), else written anew.

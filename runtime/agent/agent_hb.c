@@ -156,7 +156,10 @@ int ag_hb_start(agent *a, al_err *err) {
     if (rc) return rc;
     double now = al_now();
     for (int i = 0; i < a->nsites; i++) {
-        a->hb_seen[i] = now; /* a peer gets peer_timeout_s from our start */
+        /* a peer gets peer_timeout_s from our start, and counts as heard for
+         * as long (its first ping may come a beat late: else a site would
+         * leave the others out of round 0) */
+        a->hb_seen[i] = a->call_seen[i] = now;
         a->down[i] = 0;
         if (i != a->self) {
             if ((rc = make_hb_client(a, i, err))) return rc;

@@ -254,8 +254,22 @@ typedef struct agent {
     int have_stats[2][AG_MAX_SITES];       /* round + 1 of stats[][], 0: none */
     uint64_t stats_epoch[2][AG_MAX_SITES]; /* ... and its attempt (epoch) */
     ag_snapshot *snap;                     /* the newest published state (NULL before the first) */
-    ag_interval iv;                        /* the interval in progress (saved in checkpoints) */
-    long iv_h;                             /* the H that interval ran with */
+    /* the carry (agent_carry.c): the candidate of this site's latest hash
+     * vote as peers fetch it (under mu; freed as snap is), its hash and round */
+    ag_snapshot *cand_snap;
+    al_round_hash cand_snap_h;
+    /* a candidate fetched (AL_ACT_FETCH into a->pulled) and its decision,
+     * held by AL_ACT_HOLD */
+    int have_fetched;
+    al_round_hash fetched_h;
+    long fetched_round, fetched_h_next;
+    uint32_t fetched_members;
+    char fetched_policy[2048];
+    /* --resume with overlap: the candidate voted for is held without the
+     * interval it came from (not replayed): its apply is taken as a pull */
+    int cand_noiv;
+    ag_interval iv; /* the interval in progress (saved in checkpoints) */
+    long iv_h;      /* the H that interval ran with */
     /* [outer] overlap = delayed (agent_train.c): interval r + 1 trains on a
      * thread of its own while the driver exchanges and votes round r. While
      * bg_running the thread owns θ_local, the trainer (or the workers) and
@@ -310,6 +324,13 @@ typedef struct agent {
                                   * hash chunk outside the round's fragment (streaming) */
     long fault_nanmerge;         /* AL_FAULT=nanmerge:R (streaming): a NaN in the eager guess
                                   * the merge of round R's fragment starts from */
+    long fault_holdvote;         /* AL_FAULT=holdvote:R: round R's first exchange over, hold
+                                  * the vote until <checkpoint dir>/release exists, then count
+                                  * the exchange as failed (a null vote): with a peer cut off
+                                  * meanwhile, the votes split around an unseen one */
+    long fault_hidevote;         /* AL_FAULT=hidevote:R: round R's first hash vote persisted,
+                                  * the driver waits until <checkpoint dir>/release exists
+                                  * (nothing shows the vote meanwhile) */
     volatile sig_atomic_t *stop; /* the driver's stop flag: the signal (SIGINT/SIGTERM/SIGHUP) */
     atomic_llong *stop_ms;       /* ... and when it came (CLOCK_MONOTONIC ms; ag_stop_age) */
     atomic_llong stop_from_ms;   /* overlap: a stop's heartbeat counts from here if later (the
@@ -332,7 +353,11 @@ typedef struct agent {
     int hb_running, hb_stop;
     pthread_cond_t hb_cv;
     double hb_seen[AG_MAX_SITES]; /* when the peer last answered (al_now) */
-    int down[AG_MAX_SITES];       /* silent for peer_timeout_s: rounds stop waiting for it */
+    /* when a call of the peer's own last reached this site (not an answer to
+     * ours): the sites it hears (al_round_status.hears, agent_members.c) */
+    double call_seen[AG_MAX_SITES];
+    uint32_t hears_fed;     /* the last AL_EV_HEARS fed (0: none yet) */
+    int down[AG_MAX_SITES]; /* silent for peer_timeout_s: rounds stop waiting for it */
 } agent;
 
 /* 64 hex digits (al_outer_hash, the run hash) into 32 bytes; -1 if malformed. */
@@ -368,7 +393,7 @@ static inline int ag_site_id(const agent *a, const char *name) {
 /* Peer i was heard from (a call of its arrived): it is up. Under a->mu. */
 static inline void ag_heard(agent *a, int i) {
     if (i < 0 || i >= a->nsites) return;
-    a->hb_seen[i] = al_now();
+    a->hb_seen[i] = a->call_seen[i] = al_now();
     a->down[i] = 0;
 }
 /* "SIGTERM" for the log lines of a stop. */

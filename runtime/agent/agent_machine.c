@@ -5,7 +5,9 @@
  * statuses and statistics that become events. agent_round.c drives the
  * machine and carries out its actions. */
 #include "agent_machine.h"
+#include "agent_carry.h"
 #include "agent_events.h"
+#include "agent_members.h"
 #include "agent_hard.h"
 #include "agent_hash.h"
 #include "agent_net.h"
@@ -29,9 +31,17 @@ static void status_in(const al_peer_status *p, al_round_status *st) {
     if (p->vote == AL_VOTE_HASH) {
         memcpy(st->value.hash.b, p->vote_hash, 32);
         st->value.members = p->members;
-        st->value.origin = p->epoch; /* the agent runs the machine without carry */
+        st->value.origin = p->vote_origin;
+    }
+    if (p->accepted) {
+        st->accepted = 1;
+        st->acc_epoch = p->acc_epoch;
+        memcpy(st->acc_value.hash.b, p->acc_hash, 32);
+        st->acc_value.members = p->acc_members;
+        st->acc_value.origin = p->acc_origin;
     }
     st->inc = p->incarnation;
+    st->hears = p->hears;
 }
 
 void ag_status_out(const al_round_status *st, al_peer_status *p) {
@@ -44,8 +54,17 @@ void ag_status_out(const al_round_status *st, al_peer_status *p) {
     if (st->vote == AL_VOTE_HASH) {
         memcpy(p->vote_hash, st->value.hash.b, 32);
         p->members = st->value.members;
+        p->vote_origin = st->value.origin;
+    }
+    if (st->accepted) {
+        p->accepted = 1;
+        p->acc_epoch = st->acc_epoch;
+        memcpy(p->acc_hash, st->acc_value.hash.b, 32);
+        p->acc_members = st->acc_value.members;
+        p->acc_origin = st->acc_value.origin;
     }
     p->incarnation = st->inc;
+    p->hears = st->hears;
 }
 
 /* Feed one event, stamped now. With AL_LOG=debug, every event that changes
@@ -130,9 +149,9 @@ int ag_vote_save(agent *a, const al_round_vote *v, al_err *err) {
     int holds = al_hard_vote_holds(h, v, a->have_cand ? &a->cand_h : NULL);
     char pol[AL_HARD_POLICY] = "";
     int rc = 0;
-    if (holds) {
-        if ((rc = ag_hard_save_candidate(a, err))) return rc;
-        al_policy_save(a->pol, pol, sizeof pol); /* (after the decision) */
+    if (holds) { /* (the policy's state after the decision), kept for peers too */
+        al_policy_save(a->pol, pol, sizeof pol);
+        if ((rc = ag_carry_save(a, (long)a->cand_d.h_next, pol, err))) return rc;
     }
     al_hard_vote(h, v, holds, (long)a->cand_d.h_next, pol);
     rc = ag_hard_save(a, err);
@@ -263,14 +282,10 @@ static int reconcile(agent *a, al_err *err) {
 static int restore_candidate(agent *a, al_round_start *st, al_err *err) {
     al_hard *h = &a->hard;
     if (st->held_round != a->round) return 0;
-    if (a->overlap || a->sm.F) { /* (not yet: the interval beside the round is not replayed) */
-        al_logf(&a->log, AL_LOG_WARN,
-                "site %s: round %ld: the candidate voted for is not restored with [outer] "
-                "overlap = %s: the committed state is pulled",
-                a->name[a->self], a->round, al_overlap_name(a->overlap));
-        st->held_round = -1;
-        return 0;
-    }
+    /* with [outer] overlap the interval beside the round is not replayed: the
+     * candidate is held (this site's status reports it, and peers may fetch
+     * it) and an apply of it is taken as a pull (cand_noiv) */
+    int replay = !a->overlap && !a->sm.F;
     char p[4300];
     ag_hard_path(a, "candidate.bin", -1, p, sizeof p);
     if (access(p, F_OK) != 0) { /* stopped between the apply's rename and hard.json */
@@ -305,9 +320,13 @@ static int restore_candidate(agent *a, al_round_start *st, al_err *err) {
      * θ_local, AdamW and the data position end where they were at the vote),
      * so that an apply at once starts the next round where the uninterrupted
      * run did; a TRAIN asked first finds it done (iv holds its statistics) */
-    if (a->iv.steps < a->h && (rc = ag_interval_run(a, a->round, a->h, &a->iv, &a->step, err)))
+    if (replay && a->iv.steps < a->h &&
+        (rc = ag_interval_run(a, a->round, a->h, &a->iv, &a->step, err)))
         return al_err_prefix(err, "round %ld: replaying the interval voted on", a->round);
+    if ((rc = ag_carry_keep_file(a, p, err))) /* for peers that carry it */
+        return al_err_prefix(err, "round %ld: the candidate voted for", a->round);
     a->iv_h = a->h;
+    a->cand_noiv = !replay;
     a->have_cand = 1;
     al_logf(&a->log, AL_LOG_INFO, "site %s: round %ld: holding the candidate voted for (%s)",
             a->name[a->self], a->round, p);
@@ -338,6 +357,7 @@ int ag_machine_init(agent *a, al_err *err) {
                        .peer_timeout_s = a->cfg->round_peer_timeout_s,
                        .deadline_s = a->cfg->round_deadline_s,
                        .names = a->name_p,
+                       .carry = 1, /* (docs/ARCHITECTURE.md, "Carrying a value") */
                        .incarnation = incarnation()};
     al_logf(&a->log, AL_LOG_INFO, "site %s: incarnation %016llx", a->name[a->self],
             (unsigned long long)rc.incarnation);
@@ -450,6 +470,13 @@ int ag_feed_inbox(agent *a, al_err *err) {
     }
     pthread_mutex_unlock(&a->mu);
     double now = al_now();
+    uint32_t hears = ag_hears(a); /* whose own calls reach this site: in its statuses */
+    if (hears != a->hears_fed) {
+        a->hears_fed = hears;
+        al_round_event ev = {.type = AL_EV_HEARS};
+        ev.st.hears = hears;
+        ag_feed(a, &ev);
+    }
     follow_exclusions(a, ps);
     for (int i = 0; i < a->nsites; i++) {
         if (i == a->self || !ps[i].have_base) continue;

@@ -212,27 +212,79 @@ static int hk_state(void *u, const char *site, uint32_t part, const uint8_t **da
     return st;
 }
 
+/* The carry: the candidate this site persisted with its latest hash vote
+ * (a->cand_snap, agent_carry.c), served by its hash to a peer that must hold
+ * it before it votes for it. */
+static int hk_candidate(void *u, const char *site, uint32_t part, const uint8_t *hash,
+                        const uint8_t **data, uint64_t *len, void **ref, char *why, size_t n) {
+    agent *a = u;
+    pthread_mutex_lock(&a->mu);
+    int st = 0;
+    ag_snapshot *sn = a->cand_snap;
+    ag_heard(a, ag_site_id(a, site));
+    if (!sn || memcmp(a->cand_snap_h.b, hash, 32) != 0) {
+        char hx[65];
+        al_hex(hash, 32, hx);
+        snprintf(why, n, "no candidate %.16s held here", hx);
+        st = AL_ST_NOT_FOUND;
+    } else if (part == AL_STATE_THETA) {
+        *data = sn->outer; /* (sealed when kept) */
+        *len = sn->outer_len;
+    } else if (part == AL_STATE_META) {
+        *data = (const uint8_t *)sn->meta;
+        *len = sn->meta_len;
+    } else {
+        snprintf(why, n, "candidate part %u: unknown", part);
+        st = AL_ST_NOT_FOUND;
+    }
+    if (st == 0) {
+        sn->refs++;
+        *ref = sn;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return st;
+}
+
 static void hk_state_done(void *u, void *ref) {
     agent *a = u;
     ag_snapshot *sn = ref;
     pthread_mutex_lock(&a->mu);
-    if (--sn->refs == 0 && sn != a->snap) snapshot_free(sn);
+    if (--sn->refs == 0 && sn != a->snap && sn != a->cand_snap) snapshot_free(sn);
     pthread_mutex_unlock(&a->mu);
 }
 
-/* A heartbeat: the peer's status into the inbox, ours into the reply. */
+/* A heartbeat: the peer's status into the inbox, ours into the reply.
+ * A status ahead of this site's round is not believed on an incoming call
+ * (issue 32): whoever holds the peer's certificate can send one, and the
+ * machine would leave the round to pull from that peer (with the peer down,
+ * a pull that never ends). Which round a peer is at is then taken only from
+ * its answers to this site's own heartbeats, at the address configured for
+ * it (agent_hb.c): a site it reaches, and the one it would pull from. The
+ * call does not count as hearing the peer either, nor does a ping without a
+ * status (every agent sends one). */
 static void hk_status(void *u, const char *site, const al_peer_status *theirs,
                       al_peer_status *mine) {
     agent *a = u;
     int id = ag_site_id(a, site);
     pthread_mutex_lock(&a->mu);
-    ag_heard(a, id);
+    *mine = a->my_status;
+    if (id >= 0 && id != a->self && theirs->have_base && mine->have_base &&
+        theirs->round > mine->round) {
+        int down = a->down[id]; /* (a peer just ahead that answers us: nothing to say) */
+        pthread_mutex_unlock(&a->mu);
+        al_logf(&a->log, down ? AL_LOG_WARN : AL_LOG_DEBUG,
+                "site %s: a heartbeat from %s announces round %llu, ahead of this site's %llu: "
+                "not believed on that call (its answers to this site's heartbeats decide%s)",
+                a->name[a->self], site, (unsigned long long)theirs->round,
+                (unsigned long long)mine->round, down ? "; it answers none now" : "");
+        return;
+    }
+    if (theirs->have_base) ag_heard(a, id); /* (a ping without a status says nothing) */
     if (id >= 0 && id != a->self && theirs->have_base) {
         a->pst[id] = *theirs;
         a->pst_new[id] = 1;
         pthread_cond_broadcast(&a->cv);
     }
-    *mine = a->my_status;
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -272,7 +324,7 @@ static int make_client(agent *a, int i, al_err *err) {
 /* Peers that came back (agent_hb.c saw them answer again) get a fresh
  * channel before the next call: no reconnect backoff inherited from the
  * outage. */
-static int refresh_clients(agent *a, al_err *err) {
+int ag_refresh_clients(agent *a, al_err *err) {
     int fresh[AG_MAX_SITES];
     pthread_mutex_lock(&a->mu);
     for (int i = 0; i < a->nsites; i++) {
@@ -310,7 +362,7 @@ int ag_net_start(agent *a, al_err *err) {
         .num_shards = AG_MAX_SITES,
         .idle_timeout_s = c->round_deadline_s,
         .attempts = 1,
-        .hooks = {a, hk_open, hk_done, hk_stats, hk_state, hk_state_done, hk_status},
+        .hooks = {a, hk_open, hk_done, hk_stats, hk_state, hk_state_done, hk_status, hk_candidate},
         .log = &a->log};
     int rc = al_server_start(&sc, &a->srv, err);
     if (rc) return al_err_prefix(err, "[site] listen %s", c->site_listen);
@@ -335,6 +387,8 @@ void ag_net_stop(agent *a) {
         }
     snapshot_free(a->snap); /* the server has stopped: nobody streams it */
     a->snap = NULL;
+    snapshot_free(a->cand_snap);
+    a->cand_snap = NULL;
 }
 
 void ag_set_round(agent *a, long r) {
@@ -815,7 +869,7 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
     *peer = -1;
     int me = 0;
     while (me < M && mem[me] != a->self) me++;
-    int rc = refresh_clients(a, err);
+    int rc = ag_refresh_clients(a, err);
     if (rc) return rc;
     if (me == M) return al_errf(err, AL_EINVAL, "round %ld: this site is not a member", a->round);
     robust_filter(a, mem, st, M);
@@ -845,7 +899,7 @@ int ag_pull(agent *a, int i, al_err *err) {
     a->have_pulled = 0;
     if (ag_stop_due(a)) /* a signal: no new pull (agent_hb.c cancels one in flight) */
         return al_errf(err, AL_ETIMEOUT, "stopping: no pull from %s", a->name[i]);
-    int rc = refresh_clients(a, err);
+    int rc = ag_refresh_clients(a, err);
     if (rc == 0) rc = al_client_pull_state(a->cli[i], AL_STATE_META, 1 << 20, &d, &n, err);
     if (rc) return rc;
     json_error_t je;

@@ -27,6 +27,8 @@ int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, cons
 /* Pull the committed state (θ_global, outer and policy state) from peer i
  * into a->pulled*; checked against the hash its metadata names. */
 int ag_pull(agent *a, int i, al_err *err);
+/* The clients to the peers, (re)made where the configuration asks. */
+int ag_refresh_clients(agent *a, al_err *err);
 /* Start accepting round r (moves the receive window, frees old slots). */
 void ag_set_round(agent *a, long r);
 

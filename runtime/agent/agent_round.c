@@ -22,6 +22,7 @@
  * anything shows them, and read back on --resume. See docs/ARCHITECTURE.md,
  * "The round protocol" and "Durable rounds". */
 #include "agent_round.h"
+#include "agent_carry.h"
 #include "agent_ckpt.h"
 #include "agent_events.h"
 #include "agent_hard.h"
@@ -66,7 +67,8 @@ static int enter_round(agent *a, al_err *err) {
     a->step0 = a->step;
     a->mine_round = -1;
     ag_set_round(a, a->round);
-    if (a->fault_publish_ms > 0) { /* test hook, see agent_impl.h */
+    ag_carry_drop_before(a, a->round); /* (the candidate kept for peers is committed or void) */
+    if (a->fault_publish_ms > 0) {     /* test hook, see agent_impl.h */
         al_sleep(a->fault_publish_ms / 1000.0);
     }
     return ag_publish_state(a, err);
@@ -259,6 +261,8 @@ static int do_exchange(agent *a, const al_round_action *act) {
     double t_x = al_now();
     if (rc == 0)
         rc = ag_exchange(a, act->epoch, act->members, a->cand_mem, a->cand_st, M, &ev.peer, &e);
+    if (a->round == a->fault_holdvote && act->epoch == 0)
+        rc = ag_fault_hold_vote(a, rc, &e); /* test hook */
     if (rc == 0) {
         a->xchg_s = al_now() - t_x; /* the link's cost of a round, sent with the next stats */
         a->t_comm_end = al_now();
@@ -282,7 +286,7 @@ static int do_exchange(agent *a, const al_round_action *act) {
  * decides the next H (its state before is kept for a revert). */
 static int do_propose(agent *a, const al_round_action *act, al_err *err) {
     if (a->have_cand) al_policy_load(a->pol, a->pol_before, NULL);
-    a->have_cand = 0;
+    a->have_cand = a->cand_noiv = 0;
     int rc = outer_copy(&a->cand, &a->outer, err);
     if (rc) return rc;
     al_policy_save(a->pol, a->pol_before, sizeof a->pol_before);
@@ -553,6 +557,18 @@ static int do_apply(agent *a, const al_round_action *act, double *eval, al_err *
     if (!a->have_cand || memcmp(a->cand_h.b, act->hash.b, 32) != 0)
         return al_errf(err, AL_EINVAL, "round %ld: asked to apply a candidate this site lacks",
                        a->round);
+    if (a->cand_noiv) { /* --resume with overlap: held, its interval not replayed */
+        a->cand_noiv = 0;
+        if (a->iv.steps == 0) { /* nor trained again: the commit is taken as a pull */
+            ag_bg_discard(a, 0);
+            a->bg_pending = a->bg_trained = 0;
+            a->step = a->hard.step + a->iv_h; /* (the steps every voter trained) */
+            al_logf(&a->log, AL_LOG_INFO,
+                    "site %s: round %ld: applying the candidate voted for before the restart, "
+                    "whose interval was not replayed: at step %ld as its voters",
+                    a->name[a->self], a->round, a->step);
+        }
+    }
     take_candidate(a);
     long trained = a->iv.steps; /* the interval's; local_from_global keeps a->step */
     /* overlap: θ_local is the next interval's, training or about to */
@@ -729,6 +745,9 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
     case AL_ACT_PERSIST_VOTE: {
         int rc = ag_vote_save(a, &act->rec, err);
         if (rc == 0 && act->rec.vote == AL_VOTE_HASH) ag_fault_pause(a, "vote", act->rec.round);
+        if (rc == 0 && act->rec.vote == AL_VOTE_HASH && act->rec.round == a->fault_hidevote &&
+            act->rec.epoch == 0)
+            ag_fault_hide_vote(a, act->rec.round); /* (test hook) */
         return rc;
     }
     case AL_ACT_APPLY:
@@ -745,10 +764,11 @@ static int execute(agent *a, const al_round_action *act, double *eval, al_err *e
         return 0;
     case AL_ACT_DROP: /* agent_hb.c logs it and emits the "down" event */
         return 0;
-    case AL_ACT_HOLD: /* only after a fetch (below) */
-        return 0;
-    case AL_ACT_FETCH: { /* only with [round] carry, which the agent does not set yet */
-        al_round_event ev = {.type = AL_EV_FETCH_FAILED, .peer = act->peer};
+    case AL_ACT_HOLD: /* the fetched candidate (below) becomes this site's */
+        return ag_carry_hold(a, act, err);
+    case AL_ACT_FETCH: { /* the carry: a candidate this site lacks, from a voter */
+        al_round_event ev;
+        ag_carry_fetch(a, act, &ev);
         ag_feed(a, &ev);
         return 0;
     }

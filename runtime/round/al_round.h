@@ -134,6 +134,10 @@ typedef struct al_round_status {
      * one replaces the peer's kept status even when it is not newer (a site
      * restarted from an older state); 0: a sender without incarnations */
     uint64_t inc;
+    /* the sites whose own messages reach the sender, itself included (bit i;
+     * al_round_hears): every site leaves out the same end of a pair where one
+     * does not hear the other (al_round_left_out); 0: a sender without it */
+    uint32_t hears;
 } al_round_status;
 
 /* A vote as persisted: the last one a site cast in `round`, the highest
@@ -165,7 +169,8 @@ typedef struct al_round_vote {
     X(AL_EV_RELOADED, "reloaded")       /* hash: of θ_global reloaded from this site's commit */  \
     X(AL_EV_FETCHED, "fetched")         /* peer, round, hash: its candidate, fetched (not held) */ \
     X(AL_EV_FETCH_FAILED, "fetch-failed") /* peer */                                               \
-    X(AL_EV_EXCLUDE, "exclude") /* peer, round: left out from round on (-1: taken again) */
+    X(AL_EV_EXCLUDE, "exclude") /* peer, round: left out from round on (-1: taken again) */        \
+    X(AL_EV_HEARS, "hears")     /* st.hears: the peers whose own messages reach this site */
 
 typedef enum {
 #define AL_EV_ENUM(e, s) e,
@@ -312,6 +317,9 @@ typedef struct al_round {
     int fetch_commit;         /* ... because it was committed (else to carry it) */
     char health[96];          /* "" or "no quorum: 1 of 3 sites reachable" */
     int unreachable;          /* health says fewer sites are reachable than the quorum */
+    int hears_fed;            /* AL_EV_HEARS was fed: hears is the caller's measure, */
+    uint32_t hears;           /* ... else the live peers are the sites heard */
+    uint32_t out_noted;       /* al_round_left_out's set last logged */
     al_round_peer peer[AL_ROUND_MAX_SITES];
     al_round_action out[AL_ROUND_MAX_ACTIONS];
     int nout, lost;        /* actions waiting; actions lost to a full queue (a bug) */
@@ -337,6 +345,18 @@ int al_round_overflow(const al_round *m, al_err *err);
 void al_round_status_get(const al_round *m, al_round_status *st);
 /* Live peers + this site. */
 int al_round_reachable(const al_round *m);
+/* The sites this site hears, itself included (bit i): the caller's measure
+ * when it feeds AL_EV_HEARS (the agent: peers whose own calls reach it), else
+ * the live peers. Published in every status (al_round_status.hears). */
+uint32_t al_round_hears(const al_round *m);
+/* One membership per attempt (members.c): the sites no site takes as a member
+ * now because of a broken pair -- two sites of which one does not hear the
+ * other, as the statuses show (the sender's hears, this site's own): of each
+ * such pair, in the order (0,1), (0,2), ..., (1,2), ..., the higher index is
+ * left out unless an end is out already. Computed from what the statuses
+ * share, so the sites of a one-way cut, and a rejoining site heard by some
+ * peers only, count the same members; may include this site. */
+uint32_t al_round_left_out(const al_round *m);
 
 /*
  * The hard state -- what the protocol's safety argument assumes a site never

@@ -336,6 +336,9 @@ static void try_sync(al_round *m, double now) {
             return;
         }
         if (m->t_nosrc == 0) m->t_nosrc = now;
+        /* asked again at every event until a source shows (not when an
+         * earlier pull's deadline, still in t_sync, passes) */
+        m->t_sync = now;
         if (now - m->t_nosrc >= AL_ROUND_SYNC_BEATS * m->cfg.heartbeat_s) sync_give_up(m, now);
         return;
     }
@@ -508,6 +511,11 @@ static int carry(al_round *m, double now) {
         const al_round_peer *p = &m->peer[i];
         if (i == m->cfg.self || !p->have || p->st.round != m->round || p->st.epoch != m->epoch)
             continue;
+        /* a site left out (a liar) is neither followed nor counted: its report
+         * may name a value no honest site computed. Still safe: the reports
+         * counted are a quorum of the others, which meets every quorum that
+         * may have committed a value in a site that reports it */
+        if (p->excluded >= 0 && p->excluded <= m->round) continue;
         if (p->st.vote == AL_VOTE_HASH && p->st.value.origin < m->epoch) {
             best = &p->st.value; /* it carried this here: follow it */
             follow = 1;
@@ -568,12 +576,13 @@ static void on_fetched(al_round *m, const al_round_event *ev) {
 
 static void decide_members(al_round *m, double now) {
     if (carry(m, now)) return;
-    uint32_t mem = 1u << m->cfg.self;
+    uint32_t mem = 1u << m->cfg.self, out = al_round_left_out(m);
     int waiting = 0;
     for (int i = 0; i < m->cfg.nsites; i++) {
         const al_round_peer *p = &m->peer[i];
-        if (i == m->cfg.self || !p->alive || (p->excluded >= 0 && p->excluded <= m->round))
-            continue; /* not alive, or left out by the caller (a liar) */
+        if (i == m->cfg.self || !p->alive || (p->excluded >= 0 && p->excluded <= m->round) ||
+            (out >> i & 1))
+            continue; /* not alive, left out by the caller (a liar), or of a broken pair */
         const al_round_status *s = &p->st;
         int here = p->have && s->round == m->round && s->epoch == m->epoch;
         int open = here && heq(&s->base, &m->base) && s->vote == AL_VOTE_NONE;
@@ -583,9 +592,33 @@ static void decide_members(al_round *m, double now) {
                  (s->round == m->round && s->epoch < m->epoch))
             waiting++; /* may still send statistics for (round, epoch) */
     }
-    if (waiting && now < m->t_stats + m->cfg.deadline_s) return;
+    int self_out = (int)(out >> m->cfg.self & 1);
+    if (waiting && !self_out && now < m->t_stats + m->cfg.deadline_s) return;
     if (m->vote != AL_VOTE_NONE) { /* voted here before a restart: that vote stands */
         m->phase = AL_PH_VOTED;
+        return;
+    }
+    if (out != m->out_noted) {
+        m->out_noted = out;
+        if (out) {
+            char who[96] = "";
+            for (int i = 0, n = 0; i < m->cfg.nsites; i++) {
+                char nm[16];
+                if (!(out >> i & 1)) continue;
+                site_name(m, i, nm);
+                n += snprintf(who + n, sizeof who - (size_t)n, "%s%s", n ? ", " : "", nm);
+                if (n >= (int)sizeof who) break;
+            }
+            note(m, AL_LOG_WARN,
+                 "round %ld: attempt %llu leaves out %s: a site of a pair where one does not "
+                 "hear the other (the statuses' hears)",
+                 m->round, (unsigned long long)m->epoch, who);
+        }
+    }
+    if (self_out) { /* this site is the one left out: it casts no vote (a null one would
+                     * void the attempt for the others and start a storm of attempts),
+                     * and follows the others' commit or void */
+        m->members = 0;
         return;
     }
     m->members = mem;
@@ -964,6 +997,10 @@ void al_round_step(al_round *m, const al_round_event *ev) {
     case AL_EV_EXCLUDE:
         if (from_peer) m->peer[j].excluded = ev->round;
         break;
+    case AL_EV_HEARS:
+        m->hears_fed = 1;
+        m->hears = ev->st.hears;
+        break;
     case AL_EV_SYNCED:
         on_synced(m, ev);
         break;
@@ -1008,6 +1045,7 @@ void al_round_status_get(const al_round *m, al_round_status *st) {
     st->vote = m->vote;
     st->value = m->value;
     st->inc = m->cfg.incarnation;
+    st->hears = al_round_hears(m);
     const al_round_value *acc = accepted(m);
     if (acc) {
         st->accepted = 1;
