@@ -83,6 +83,18 @@ static void site_name(const al_round *m, int i, char buf[16]) {
         snprintf(buf, 16, "site %u", (unsigned)i % 1000u); /* (i < AL_ROUND_MAX_SITES) */
 }
 
+/* The names of the sites in `set` (bit i), comma-separated, cut at 96 bytes. */
+static void site_names(const al_round *m, uint32_t set, char who[96]) {
+    who[0] = 0;
+    for (int i = 0, n = 0; i < m->cfg.nsites; i++) {
+        char nm[16];
+        if (!(set >> i & 1)) continue;
+        site_name(m, i, nm);
+        n += snprintf(who + n, 96 - (size_t)n, "%s%s", n ? ", " : "", nm);
+        if (n >= 96) break;
+    }
+}
+
 /* A new action at the queue's end. A full queue (the caller fed events without
  * taking their actions: one event emits far fewer than AL_ROUND_MAX_ACTIONS)
  * keeps what it holds: the new action goes to a scratch slot, is counted as
@@ -304,14 +316,8 @@ static int fetch_value(al_round *m, const al_round_hash *h, const al_round_value
  * they announced): back to the round, as at a start, where what the peers show
  * now decides again (a peer still ahead and trusted: a pull again). */
 static void sync_give_up(al_round *m, double now) {
-    char who[96] = "";
-    for (int i = 0, n = 0; i < m->cfg.nsites; i++)
-        if (m->sync_short >> i & 1) {
-            char nm[16];
-            site_name(m, i, nm);
-            n += snprintf(who + n, sizeof who - (size_t)n, "%s%s", n ? ", " : "", nm);
-            if (n >= (int)sizeof who) break;
-        }
+    char who[96];
+    site_names(m, m->sync_short, who);
     note(m, AL_LOG_WARN,
          "round %ld: no site serves the state of round %ld for %d heartbeats%s%s%s: back to the "
          "round",
@@ -601,14 +607,8 @@ static void decide_members(al_round *m, double now) {
     if (out != m->out_noted) {
         m->out_noted = out;
         if (out) {
-            char who[96] = "";
-            for (int i = 0, n = 0; i < m->cfg.nsites; i++) {
-                char nm[16];
-                if (!(out >> i & 1)) continue;
-                site_name(m, i, nm);
-                n += snprintf(who + n, sizeof who - (size_t)n, "%s%s", n ? ", " : "", nm);
-                if (n >= (int)sizeof who) break;
-            }
+            char who[96];
+            site_names(m, out, who);
             note(m, AL_LOG_WARN,
                  "round %ld: attempt %llu leaves out %s: a site of a pair where one does not "
                  "hear the other (the statuses' hears)",
