@@ -36,10 +36,11 @@ AGENT_RANK = {
     "agent_events": 0,   # the event log and membership events
     "agent_members": 0,  # the sites this site hears (one membership per attempt)
     "agent_stream": 1,   # streaming's fragment schedule
-    "agent_net": 2,      # server hooks, the exchange, state pulls
+    "agent_net": 2,      # server hooks, clients, state pulls
     "agent_ckpt": 2,     # checkpoints
     "agent_hard": 2,     # the protocol's hard state: votes, candidates, commits
     "agent_train": 2,    # the interval's training (inline or its own thread)
+    "agent_exchange": 3, # the round's Δ exchange (reduce-scatter, all-gather)
     "agent_carry": 3,    # the carry: the candidate kept for peers, fetched, held
     "agent_hb": 3,       # heartbeats (send statistics through agent_net)
     "agent_machine": 4,  # the driver's side of the round machine

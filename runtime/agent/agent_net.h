@@ -1,6 +1,7 @@
-/* agent_net.h -- the server hooks, the exchange, state pulls and the
+/* agent_net.h -- the server hooks, clients, state pulls and the
  * configuration handshake (agent_net.c; rank 2: it calls agent_hash.c and
- * agent_stream.c). It carries out what it is asked and decides nothing. */
+ * agent_stream.c). It carries out what it is asked and decides nothing. The
+ * round's Δ exchange is agent_exchange.h. */
 #ifndef AL_AGENT_NET_H
 #define AL_AGENT_NET_H
 
@@ -18,12 +19,6 @@ int ag_stats_fit(const al_site_stats *mine, const al_site_stats *theirs, char *w
 /* Send our statistics for (a->round, epoch) to peer i (one try). */
 int ag_push_stats(agent *a, al_client *c, const al_site_stats *mine, long round, uint64_t epoch,
                   al_err *err);
-/* The Δ exchange of (a->round, epoch) among the M members mem[] (site ids,
- * increasing; `members` as a bit set) with statistics st[]: reduce-scatter,
- * then all-gather; on return a->dbar holds Δ̄. On failure *peer names the
- * member at fault (-1: none known). Sets a->excluded ([outer] max_delta_ratio). */
-int ag_exchange(agent *a, uint64_t epoch, uint32_t members, const int *mem, const al_site_stats *st,
-                int M, int *peer, al_err *err);
 /* Pull the committed state (θ_global, outer and policy state) from peer i
  * into a->pulled*; checked against the hash its metadata names. */
 int ag_pull(agent *a, int i, al_err *err);

@@ -25,6 +25,7 @@
 #include "agent_carry.h"
 #include "agent_ckpt.h"
 #include "agent_events.h"
+#include "agent_exchange.h"
 #include "agent_hard.h"
 #include "agent_hash.h"
 #include "agent_machine.h"
