@@ -25,6 +25,7 @@ Exits 77 (meson's "skipped") when grpcio, protobuf or protoc is missing.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -50,7 +51,10 @@ if not shutil.which("protoc"):
 AUTOLOCO, PROTO_DIR = os.path.abspath(sys.argv[1]), sys.argv[2]
 SANITIZED = os.environ.get("AL_TEST_SANITIZED") == "1"
 FLOOR = 0.5 if SANITIZED else 0.8
-STEPS = 1200         # 120 rounds of 10 steps
+STEPS = 1000000      # far more than the test runs: every run is stopped with
+                     # SIGTERM once the forged run's c commits again after its
+                     # restart (with 120 rounds, a fast machine's a and b ended
+                     # the run before c was back, and c waited for them forever)
 ATTACK_S = 20.0      # how long each attack lasts
 failures = 0
 
@@ -150,10 +154,10 @@ class Run:
         return c[-1][1] if c else -1
 
     def theta(self, s):
-        try:
-            return json.load(open(f"{self.dir}/run-{s}/summary.json"))["theta_hash"]
-        except (OSError, ValueError, KeyError):
-            return None
+        """"ROUND:THETA" where s stopped (its log's "stopped: saved round R
+        (theta H)": a run stopped by SIGTERM writes no summary.json), else None."""
+        m = re.findall(r"stopped: saved round (\d+) \(theta ([0-9a-f]+)\)", self.log(s))
+        return f"{m[-1][0]}:{m[-1][1]}" if m else None
 
     def kill_all(self):
         for p in self.procs.values():
@@ -278,13 +282,23 @@ def main():
         t1 = time.time()
         th_f.join(15)
         th_i.join(15)
+        r_restart = forged.round_of("a")
         forged.start("c", "--resume", f"{forged.dir}/run-c")
+        # c back: it commits a round past a's at its restart (up to 120 s);
+        # then every site of every run gets SIGTERM at once (each finishes the
+        # round in progress with its peers, saves and ends with status 0)
+        c_back = wait_round(forged, "c", r_restart + 1, 120)
+        time.sleep(0.5)
+        for r in runs:
+            for s in "abc":
+                if r.procs[s].poll() is None:
+                    r.procs[s].send_signal(signal.SIGTERM)
 
         rcs = {}
         for r in runs:
             for s in "abc":
                 try:
-                    rcs[(r.name, s)] = r.procs[s].wait(timeout=400)
+                    rcs[(r.name, s)] = r.procs[s].wait(timeout=120)
                 except subprocess.TimeoutExpired:
                     rcs[(r.name, s)] = "hung"
         ref_n = in_window(ref.commits("a"), t0, t1)
@@ -305,6 +319,8 @@ def main():
         check("ref: every site ends with status 0 on one theta",
               all(rcs[("ref", s)] == 0 for s in "abc") and
               len({ref.theta(s) for s in "abc"}) == 1 and ref.theta("a") is not None)
+        check("forged: c, restarted after the attack, caught up and committed with a and b",
+              c_back, f"a at round {r_restart} at the restart, c at {forged.round_of('c')}")
         check("forged: the forged statuses reached a and b", sent >= 4, f"{sent} sent, {errs[:3]}")
         check("forged: neither a nor b pulled from c while it was down",
               not any("pulling the committed state from c" in forged.log(s) for s in "ab"),
