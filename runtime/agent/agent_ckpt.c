@@ -94,13 +94,17 @@ static int write_extra(void *ctx, int i, const char *path, al_err *err) {
     json_t *live = json_array();
     for (int k = 0; k < a->nsites; k++)
         if (a->live[k]) json_array_append_new(live, json_string(a->name[k]));
+    /* bytes_raw as of the last commit (round_metrics), not a->bytes_raw: a stop
+     * between an exchange and its commit saves the round before it, and the
+     * resumed site exchanges that interval again (and counts it then) */
     json_t *m = json_pack(
         "{s:s, s:I, s:I, s:I, s:s, s:o, s:o, s:f, s:{s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:f}}",
         "site", a->name[a->self], "round", (json_int_t)a->round, "step", (json_int_t)a->step, "h",
         (json_int_t)a->h, "policy", pol, "h_history", hist, "members", live, "bytes_raw",
-        a->bytes_raw, "interval", "steps", (json_int_t)a->iv.steps, "loss_sum", a->iv.loss_sum,
-        "gnorm_sum", a->iv.gnorm_sum, "lr_sum", a->iv.lr_sum, "lr_sq_sum", a->iv.lr_sq_sum,
-        "lr_last", a->iv.lr_last, "tokens", (json_int_t)a->iv.tokens, "compute_s", a->iv.compute_s);
+        a->met.v[AL_M_BYTES_RAW], "interval", "steps", (json_int_t)a->iv.steps, "loss_sum",
+        a->iv.loss_sum, "gnorm_sum", a->iv.gnorm_sum, "lr_sum", a->iv.lr_sum, "lr_sq_sum",
+        a->iv.lr_sq_sum, "lr_last", a->iv.lr_last, "tokens", (json_int_t)a->iv.tokens, "compute_s",
+        a->iv.compute_s);
     /* overlap: θ_local (the trainer's parameters) is where interval `round`
      * starts, with H `h` (docs/outer.md): a resumed run trains it from there */
     if (m && (a->bg_pending || a->bg_trained))
