@@ -455,7 +455,7 @@ if [[ $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" && $forks == 0 && $ra1
     grep -q '"event":"no-quorum"' $dir/run-a/events.jsonl; then
     ok "partition {a} | {b, c}: b, c committed rounds $rb0..$rb1, a none (no quorum); after the heal a re-synced and all three end on ${ha:0:12} with one history"
 else
-    no "partition: rc $rc, a rounds $ra0..$ra1, b $rb0..$rb1, forks $forks, stopped at ${ha:-?} ${hb:-?} ${hc:-?}: $(grep -h 'quorum\|discarding\|joined\|error' $dir/a.log | head -4)"
+    no "partition: rc $rc, a rounds $ra0..$ra1, b $rb0..$rb1, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'quorum\|discarding\|joined\|error' $dir/a.log | head -4)"
 fi
 
 # ---- 2l. a link cut inside a vote: the carry (issue 32) ---------------------------------
@@ -558,7 +558,7 @@ if [[ $rc -eq 0 && -n $t_3 && $inbound == 1 && -n $ha && $ha == "$hb" && $ha == 
     grep -q "fetched the candidate .* from a" $dir/b.log; then
     ok "a link cut inside round 3's vote (a voted, b null, c's vote unseen): a and b carried a's value, b fetched it by its hash, round 3 committed $took s after b's null vote (peer_timeout_s $PT2L + heartbeat $HB2L + a round ${round_s} s); c caught up after the heal, all on ${ha:0:12}, one history"
 else
-    no "cut inside a vote: rc $rc, round 3 committed ${took} (s after b's null vote, before the heal) (bound $PT2L + $HB2L + ${round_s:-?} s), c at round ${rc3:-?} before the heal, forks $forks, stopped at ${ha:-?} ${hb:-?} ${hc:-?}: $(grep -h 'carries\|fetched\|refused\|error' $dir/a.log $dir/b.log | head -4)"
+    no "cut inside a vote: rc $rc, round 3 committed ${took} (s after b's null vote, before the heal) (bound $PT2L + $HB2L + ${round_s:-?} s), c at round ${rc3:-?} before the heal, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'carries\|fetched\|refused\|error' $dir/a.log $dir/b.log | head -4)"
 fi
 
 # ---- 2m. overlap: a power cut after a vote, the voted candidate restored (issue 32) ---
@@ -604,7 +604,7 @@ if [[ $paused -ge 1 && $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" && $f
     ! grep -q "is not restored with \[outer\] overlap" $dir/*.log; then
     ok "overlap = $ov: all three killed after a's vote of round 3 and resumed: a holds the candidate it voted for ($(grep -ho 'applying the candidate voted for before the restart\|fetched the candidate [0-9a-f]* from a' $dir/*.log | sort | uniq -c | tr -s ' ' | paste -sd ';' -)); one theta ${ha:0:12}, one history"
 else
-    no "overlap power cut after a vote: paused $paused, rc $rc, forks $forks, stopped at ${ha:-?} ${hb:-?} ${hc:-?}: $(grep -h 'holding\|candidate\|error' $dir/*.log | head -4)"
+    no "overlap power cut after a vote: paused $paused, rc $rc, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'holding\|candidate\|error' $dir/*.log | head -4)"
 fi
 
 # ---- 2h. a corrupted theta_global (issue 13) ----------------------------------------
@@ -644,7 +644,7 @@ if [[ $rc -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" ]] &&
     grep -q "joined at round 2\|joined at round 3" $dir/c.log; then
     ok "a corrupted theta_global is caught at the end of its interval and repaired from a peer; all three end on ${ha:0:12}"
 else
-    no "corrupted theta: rc $rc, stopped at ${ha:-?} ${hb:-?} ${hc:-?}: $(grep -h 'corrupt\|joined\|error' $dir/c.log | head -4)"
+    no "corrupted theta: rc $rc, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'corrupt\|joined\|error' $dir/c.log | head -4)"
 fi
 dir=r2hx
 ha=$(hash_of $dir/run-a/summary.json) hb=$(hash_of $dir/run-b/summary.json) hc=$(hash_of $dir/run-c/summary.json)
@@ -667,7 +667,7 @@ if [[ $rcx -eq 0 && -n $ha && $ha == "$hb" && $ha == "$hc" && $forks == 0 ]] &&
     grep -q "round 3: theta_global reloaded" $dir/c.log; then
     ok "a bit flipped in theta_global after the interval's check ($(grep -o 'flipped a bit.*' $dir/c.log | head -1)) is caught before round 3's candidate and repaired by a reload in round 3; all three end on ${ha:0:12}, one history"
 else
-    no "corrupted theta at the exchange: rc $rcx, forks $forks, stopped at ${ha:-?} ${hb:-?} ${hc:-?}: $(grep -h 'corrupt\|reloaded\|joined\|error' $dir/c.log | head -5)"
+    no "corrupted theta at the exchange: rc $rcx, forks $forks, hashes ${ha:0:8} ${hb:0:8} ${hc:0:8}: $(grep -h 'corrupt\|reloaded\|joined\|error' $dir/c.log | head -5)"
 fi
 
 # ---- 2c. a connection cut through wanem mid-sync ----------------------------------

@@ -320,8 +320,8 @@ def main():
                 # a known weakness, not met yet (issue 32, Done when 2): the
                 # reopened streams evict c's honest calls before their first
                 # message lands, c's part of the exchange fails, and a and b
-                # lose seconds to void attempts; the faster the rounds, the
-                # larger the share (0.5-0.98 of the reference seen). Reported,
+                # lose seconds to void attempts; mostly, the faster the
+                # rounds, the lower the pace (0.49-0.98 of the reference seen). Reported,
                 # and the test counts as skipped, not passed; any other failure
                 # still fails it.
                 print(f"KNOWN {what}  [a {n['a']}, b {n['b']} against {ref_n}]", flush=True)
